@@ -1,0 +1,31 @@
+# pyfini - the two commands of the README, and a few more.
+#   make demo         build with the newest CPython found and run the main job on its built-in default
+#   make test         the whole suite on every CPython found (plain and ASan+UBSan builds)
+#   make test-matrix  the suite on every host CPython and on the Debian sid CPythons (root; see README)
+#   make bench        benchmarks (figures, not pass/fail)
+BUILD ?= build
+JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all demo test test-matrix bench deps clean
+
+all: deps
+	cmake -S . -B $(BUILD) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@tools/install-deps
+
+demo: all
+	$(BUILD)/examples/phases_demo
+
+test: deps
+	tools/run-tests
+
+test-matrix: deps
+	tools/test-matrix
+
+bench: all
+	@if [ -x $(BUILD)/bench/run-bench ]; then $(BUILD)/bench/run-bench; else echo "no benchmarks built"; fi
+
+clean:
+	rm -rf $(BUILD)
