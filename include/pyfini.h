@@ -1,0 +1,1209 @@
+/* pyfini.h - v0.1.0 - exit callbacks for CPython interpreters that come and go
+ *
+ * Run C code for ONE interpreter at four moments of its end, with a void *
+ * argument and no limit on the number of callbacks:
+ *
+ *   PYFINI_PRE_SHUTDOWN     interpreter intact, other threads still running
+ *   PYFINI_USER             together with Python-level atexit callbacks (one LIFO order)
+ *   PYFINI_POST_SHUTDOWN    after the interpreter's LAST garbage collection
+ *   PYFINI_RUNTIME_SHUTDOWN process-wide, after every interpreter is gone
+ *
+ * CPython 3.11 to 3.15, main interpreter and sub-interpreters (legacy,
+ * isolated with own GIL and own obmalloc, concurrent.interpreters).
+ *
+ * USING IT
+ *   Copy this one file into your project ("vendor" it, as pythoncapi_compat.h
+ *   and pymetabind.h are used) and include it after Python.h:
+ *
+ *       #include <Python.h>
+ *       #include "pyfini.h"
+ *
+ *   Every function is `static inline`: each translation unit gets its own
+ *   private copy and nothing needs to be linked. Defining PYFINI_IMPLEMENTATION
+ *   before the include is accepted and changes nothing (stb-style code keeps
+ *   working). Several copies in one process - two extension modules that both
+ *   vendor pyfini.h, possibly of different pyfini versions - share ONE
+ *   registry per interpreter (one LIFO order per phase, one POST_SHUTDOWN
+ *   hook) and ONE process-wide Py_AtExit slot: the registry is an ABI-versioned
+ *   structure under the key PYFINI_REGISTRY_KEY in the interpreter state dict,
+ *   and every copy calls the functions stored in it by the copy that made it.
+ *
+ * COMPILE-TIME OPTIONS (define before including, in every file that includes it)
+ *   PYFINI_CALLOC(n, size) / PYFINI_FREE(p)
+ *       the allocator of pyfini's own records (default calloc/free). Define
+ *       both or neither. It must work without a thread state: POST_SHUTDOWN and
+ *       RUNTIME_SHUTDOWN records are freed after the C API is gone.
+ *
+ * REQUIREMENTS
+ *   CPython >= 3.11 with the GIL (free-threaded builds are refused at compile
+ *   time), a POSIX system with dladdr() (Linux, macOS).
+ *
+ * CHANGELOG (newest first)
+ *   Unreleased  0.1.0  first version: four phases, cancel, phase query,
+ *                      shared registry between copies, failure reports.
+ *
+ * LICENSE
+ *   MIT License. Copyright (c) 2026 the pyfini authors.
+ *   Permission is hereby granted, free of charge, to any person obtaining a
+ *   copy of this software to deal in it without restriction, subject to
+ *   including this notice. THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY.
+ *   SPDX-License-Identifier: MIT
+ */
+#ifndef PYFINI_H
+#define PYFINI_H
+
+#ifndef PY_VERSION_HEX
+#  error "Include Python.h before pyfini.h"
+#endif
+#if PY_VERSION_HEX < 0x030B0000
+#  error "pyfini needs CPython 3.11 or newer"
+#endif
+#ifdef Py_GIL_DISABLED
+#  error "pyfini does not support free-threaded CPython builds yet (its registry relies on the GIL)"
+#endif
+#if defined(PYFINI_CALLOC) != defined(PYFINI_FREE)
+#  error "Define both PYFINI_CALLOC and PYFINI_FREE, or neither."
+#endif
+#ifndef PYFINI_CALLOC
+#  define PYFINI_CALLOC(n, size) calloc((n), (size))
+#  define PYFINI_FREE(p) free(p)
+#endif
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dlfcn.h>
+
+#define PYFINI_VERSION_MAJOR 0
+#define PYFINI_VERSION_MINOR 1
+#define PYFINI_VERSION_PATCH 0
+#define PYFINI_VERSION_HEX                                                     \
+    ((PYFINI_VERSION_MAJOR << 16) | (PYFINI_VERSION_MINOR << 8) | PYFINI_VERSION_PATCH)
+/* Layout version of the shared registry; part of the state-dict key. Copies
+   with another ABI version keep separate registries. */
+#define PYFINI_ABI_VERSION 1
+#define PYFINI_REGISTRY_KEY "__pyfini_registry_v1__"
+
+#ifdef __cplusplus
+#  define PYFINI_CAST(type, expr) (reinterpret_cast<type>(expr))
+#  define PYFINI_THREAD_LOCAL thread_local
+extern "C" {
+#else
+#  define PYFINI_CAST(type, expr) ((type)(expr))
+#  define PYFINI_THREAD_LOCAL _Thread_local
+#endif
+
+#define PYFINI_FUNC static inline
+#if defined(__GNUC__) || defined(__clang__)
+#  define PYFINI__UNUSED __attribute__((unused))
+#else
+#  define PYFINI__UNUSED
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Public API                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The phases of an interpreter's end, in the order they run. */
+typedef enum pyfini_phase {
+    /* Interpreter intact; other threads still running. Runs inside
+       threading._shutdown() (Lib/threading.py), from the
+       threading._register_atexit() list, newest first, BEFORE non-daemon
+       threads are joined. Python code may run. CPython source:
+       Py_EndInterpreter / Py_FinalizeEx -> wait_for_thread_shutdown(). */
+    PYFINI_PRE_SHUTDOWN = 1,
+    /* With the Python-level atexit callbacks, in one LIFO order with them
+       (each pyfini callback is its own atexit.register() entry).
+       Python code may run. CPython: _PyAtExit_Call(). */
+    PYFINI_USER = 2,
+    /* After the interpreter's LAST garbage collection: the state dict is
+       gone, PyUnstable_AtExit callbacks (3.13+) have run, the last GC has
+       freed every garbage cycle, sys is cleared; runs while the builtins dict
+       is cleared (pyfini's entry is the last one of it). No Python code may
+       run; Py_DECREF of references the callback owns is allowed (a heap type
+       released here does not die by itself: break its cycle or release it
+       earlier). Newest first. CPython: interpreter_clear() in
+       Python/pystate.c, PyDict_Clear(interp->builtins). */
+    PYFINI_POST_SHUTDOWN = 3,
+    /* Process-wide, after every interpreter is gone, from ONE Py_AtExit slot
+       (Python/pylifecycle.c call_ll_exitfuncs()). No C API at all, no
+       thread state. Newest first. */
+    PYFINI_RUNTIME_SHUTDOWN = 4
+} pyfini_phase;
+
+/* pyfini_current_phase() returns this while no phase has begun. */
+#define PYFINI_RUNNING 0
+
+/* A callback. Return 0 on success; non-zero means failure, which is reported
+   once on stderr (phase, interpreter ID, callback address and symbol); the
+   remaining callbacks still run. In PRE_SHUTDOWN and USER a callback may also
+   fail by leaving a Python exception set (same report; the exception is
+   cleared). */
+typedef int (*pyfini_callback)(void *arg);
+
+/* Register func(arg) to run in `phase` of the CURRENT interpreter
+   (PYFINI_RUNTIME_SHUTDOWN: of the process).
+   - Thread state: an attached thread state (the GIL held) is required.
+   - Order: within a phase, newest first. The same (func, arg) may be
+     registered several times and then runs as often.
+   - arg: passed as is; ownership stays with the caller. No count limit.
+   - A callback may register callbacks for LATER phases.
+   Returns 0 on success. On failure returns -1 and registers nothing:
+   - func NULL: TypeError.
+   - phase not one of the four: ValueError.
+   - the phase has already begun in this interpreter (or the interpreter is
+     past its state-dict clear): RuntimeError.
+   - allocation failure: MemoryError; earlier registrations stay intact.
+   - RUNTIME_SHUTDOWN: all 32 Py_AtExit slots of the process are taken
+     (pyfini uses one for the whole process, shared by all copies):
+     RuntimeError; from a sub-interpreter during runtime finalization
+     (the main interpreter can no longer be attached): RuntimeError.
+   - NO thread state: -1 WITHOUT an exception (none can be set); the caller
+     can tell by PyThreadState_GetUnchecked() (3.13+) being NULL, and
+     pyfini_last_error() says why. Nothing crashes.
+   pyfini_last_error() describes every failure, in every case.
+   CPython 3.11-3.15. */
+PYFINI_FUNC int pyfini_atexit(pyfini_callback func, void *arg, pyfini_phase phase);
+
+/* Cancel the newest registration of (func, arg) in `phase` of the current
+   interpreter (RUNTIME_SHUTDOWN: of the process) that has not run yet.
+   Allowed from inside a callback (also for the same phase).
+   Returns 1 if one was removed, 0 if none matched, -1 on error (same errors
+   and thread-state rule as pyfini_atexit, except that a begun phase is not
+   an error). Exception: from inside a RUNTIME_SHUTDOWN callback (no thread
+   state exists then) RUNTIME_SHUTDOWN registrations can be cancelled when
+   the callback was registered through the same copy of pyfini.h as the one
+   that holds the process's Py_AtExit slot (always so with one copy);
+   otherwise -1. */
+PYFINI_FUNC int pyfini_atexit_cancel(pyfini_callback func, void *arg, pyfini_phase phase);
+
+/* The phase the CURRENT interpreter is in: PYFINI_RUNNING (0) while none has
+   begun, else the latest phase that has begun (PRE_SHUTDOWN, USER,
+   POST_SHUTDOWN). The first call in an interpreter sets up its registry
+   (which imports `threading` there). Returns -1 with no thread state (no
+   exception) or with an exception set on failure, and -1 with RuntimeError
+   in an interpreter past its state-dict clear that pyfini never saw. */
+PYFINI_FUNC int pyfini_current_phase(void);
+
+/* "PYFINI_PRE_SHUTDOWN", ..., "PYFINI_RUNNING" for 0; "PYFINI_UNKNOWN_PHASE"
+   otherwise. Static storage; no thread state needed. */
+PYFINI_FUNC const char *pyfini_phase_name(int phase);
+
+/* A description of the last failure of a pyfini call made by this thread
+   through this copy of the header (static storage), or NULL if none failed
+   yet. No thread state needed. */
+PYFINI_FUNC const char *pyfini_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Everything below here is implementation details.                         */
+/* The structures are shared by every copy of pyfini.h in the process:      */
+/* changing their layout needs a PYFINI_ABI_VERSION bump; they only grow at */
+/* the end, reserved fields are 0.                                          */
+/* ------------------------------------------------------------------------ */
+
+#define PYFINI__NPHASES 5
+#define PYFINI__FINDER_CAPSULE "pyfini.registry.v1"
+#define PYFINI__POST_CAPSULE "pyfini.post_shutdown.v1"
+#define PYFINI__POST_KEY "__pyfini_post_shutdown_v1__"
+
+struct pyfini__registry;
+struct pyfini__root;
+
+/* One registration. Owned by: the Python hook object registered with
+   threading/atexit (PRE_SHUTDOWN, USER), else by its list. */
+typedef struct pyfini__entry {
+    struct pyfini__entry *prev, *next;   /* in the list of its phase; newest at head */
+    pyfini_callback func;
+    void *arg;
+    int phase;
+    int state;                           /* PYFINI__PENDING ... */
+    int linked;                          /* 1 while in a list */
+    int reserved0;
+    struct pyfini__registry *registry;   /* PRE/USER: NULL once the registry is gone */
+    PyObject *hook;                      /* PRE/USER: borrowed; owned by threading/atexit */
+} pyfini__entry;
+
+enum { PYFINI__PENDING = 0, PYFINI__RAN = 1, PYFINI__CANCELLED = 2 };
+
+/* Process-wide: the RUNTIME_SHUTDOWN list. Lives in the main interpreter's
+   registry; touched only with the main interpreter's GIL held, or from the
+   Py_AtExit callback (single-threaded, no C API). */
+typedef struct pyfini__root {
+    uint32_t abi_version;
+    uint32_t struct_size;
+    uint32_t creator_version;
+    int phase;                           /* 0, or RUNTIME_SHUTDOWN once it began */
+    int atexit_registered;               /* the one Py_AtExit slot is taken */
+    int reserved0;
+    pyfini__entry *head;
+    size_t count;
+    void *reserved[8];
+} pyfini__root;
+
+/* One interpreter. Found in its state dict under PYFINI_REGISTRY_KEY (a
+   capsule named PYFINI_REGISTRY_KEY); during the interpreter's teardown in
+   its builtins dict under the same key (a capsule named
+   PYFINI__FINDER_CAPSULE). Touched only with the interpreter's GIL held. */
+typedef struct pyfini__registry {
+    uint32_t abi_version;                /* PYFINI_ABI_VERSION */
+    uint32_t struct_size;                /* sizeof(pyfini__registry) of the creator */
+    uint32_t creator_version;            /* PYFINI_VERSION_HEX of the creator */
+    int phase;                           /* PYFINI_RUNNING .. POST_SHUTDOWN */
+    PyInterpreterState *interp;
+    int64_t interp_id;
+    int published;                       /* 1 once stored in the state dict */
+    int dict_cleared;                    /* the state dict has been cleared */
+    int sentinel_installed;              /* the end-of-PRE_SHUTDOWN hook is in threading */
+    int reserved0;
+    pyfini__entry *heads[PYFINI__NPHASES];
+    size_t counts[PYFINI__NPHASES];
+    pyfini__root *root;                  /* main interpreter: owned; others: NULL */
+    /* Operations, implemented by the copy that created the registry, so that
+       every copy agrees on the semantics. Called with the GIL held. */
+    int (*add)(struct pyfini__registry *reg, pyfini_callback func, void *arg, int phase);
+    int (*cancel)(struct pyfini__registry *reg, pyfini_callback func, void *arg, int phase);
+    void *reserved[8];
+} pyfini__registry;
+
+/* -------- private per-copy state (static: one per translation unit) ------ */
+
+PYFINI__UNUSED static PYFINI_THREAD_LOCAL const char *pyfini__error_msg = NULL;
+PYFINI__UNUSED static PYFINI_THREAD_LOCAL char pyfini__error_buf[256];
+/* 1 while this thread runs under a temporary thread state of the main
+   interpreter (see pyfini__in_main). */
+PYFINI__UNUSED static PYFINI_THREAD_LOCAL int pyfini__in_temporary_tstate = 0;
+/* The root whose Py_AtExit slot this copy registered (at most one copy). */
+PYFINI__UNUSED static pyfini__root *pyfini__atexit_root = NULL;
+/* The root whose RUNTIME_SHUTDOWN callbacks this copy is running now. */
+PYFINI__UNUSED static pyfini__root *pyfini__running_root = NULL;
+
+PYFINI_FUNC const char *pyfini_last_error(void) { return pyfini__error_msg; }
+
+PYFINI_FUNC const char *pyfini_phase_name(int phase)
+{
+    switch (phase) {
+    case PYFINI_RUNNING: return "PYFINI_RUNNING";
+    case PYFINI_PRE_SHUTDOWN: return "PYFINI_PRE_SHUTDOWN";
+    case PYFINI_USER: return "PYFINI_USER";
+    case PYFINI_POST_SHUTDOWN: return "PYFINI_POST_SHUTDOWN";
+    case PYFINI_RUNTIME_SHUTDOWN: return "PYFINI_RUNTIME_SHUTDOWN";
+    default: return "PYFINI_UNKNOWN_PHASE";
+    }
+}
+
+/* Record a failure; if `exc` is not NULL and a thread state is attached,
+   also raise it (unless an exception is already set). */
+static inline int pyfini__fail(PyObject *exc, const char *msg)
+{
+    snprintf(pyfini__error_buf, sizeof pyfini__error_buf, "pyfini: %s", msg);
+    pyfini__error_msg = pyfini__error_buf;
+    if (exc != NULL && !PyErr_Occurred()) {
+        PyErr_SetString(exc, pyfini__error_buf);
+    }
+    return -1;
+}
+
+/* Record the exception already set as this thread's last error. */
+static inline int pyfini__fail_from_exception(const char *what)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    const char *tname = type ? ((PyTypeObject *)type)->tp_name : "exception";
+    PyObject *s = value ? PyObject_Str(value) : NULL;
+    const char *text = s ? PyUnicode_AsUTF8(s) : NULL;
+    if (text == NULL) {
+        PyErr_Clear();
+    }
+    snprintf(pyfini__error_buf, sizeof pyfini__error_buf, "pyfini: %s: %s: %s",
+             what, tname, text ? text : "?");
+    pyfini__error_msg = pyfini__error_buf;
+    Py_XDECREF(s);
+    PyErr_Restore(type, value, tb);
+    return -1;
+}
+
+static inline PyThreadState *pyfini__tstate(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked();  /* gh-108867: public in 3.13 */
+#else
+    return _PyThreadState_UncheckedGet();
+#endif
+}
+
+/* Is the runtime finalizing (Py_FinalizeEx has begun)? */
+static inline int pyfini__runtime_finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D00A1
+    return Py_IsFinalizing();             /* gh-108014: public in 3.13.0a1 */
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* Borrowed builtins dict of the current interpreter (no frame during
+   teardown: interp->builtins), or NULL once it is gone. */
+static inline PyObject *pyfini__builtins(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    /* PyEval_GetFrameBuiltins (3.13) returns a new reference. */
+    PyObject *b = PyEval_GetFrameBuiltins();
+    if (b == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(b);                          /* still owned by the interpreter/frame */
+    return b;
+#else
+    return PyEval_GetBuiltins();
+#endif
+}
+
+/* 1 while the interpreter's state dict may be used: sys.modules is still a
+   dict. finalize_modules() (Python/pylifecycle.c) replaces sys.modules with
+   None before interpreter_clear() clears the state dict; calling
+   PyInterpreterState_GetDict() during or after that clear would re-create a
+   dict nobody frees. */
+static inline int pyfini__state_dict_usable(void)
+{
+    PyObject *modules = PySys_GetObject("modules");   /* borrowed; no exception */
+    return modules != NULL && PyDict_Check(modules);
+}
+
+/* Report a failed callback once on stderr. May run without a thread state
+   (RUNTIME_SHUTDOWN): then exc_text is NULL and no C API is used. */
+static inline void pyfini__report(int phase, int64_t interp_id, pyfini_callback func,
+                                  int rc, const char *exc_text)
+{
+    Dl_info info;
+    const char *sym = NULL, *obj = NULL;
+    memset(&info, 0, sizeof info);
+    if (dladdr(PYFINI_CAST(void *, func), &info) != 0) {
+        sym = info.dli_sname;
+        obj = info.dli_fname;
+    }
+    char where[64];
+    if (interp_id >= 0) {
+        snprintf(where, sizeof where, "interpreter %lld", (long long)interp_id);
+    } else {
+        snprintf(where, sizeof where, "the process");
+    }
+    fprintf(stderr,
+            "pyfini: callback %p (%s in %s) failed in phase %s of %s: %s%s%s\n",
+            PYFINI_CAST(void *, func), sym ? sym : "?", obj ? obj : "?",
+            pyfini_phase_name(phase), where,
+            exc_text ? "raised " : "returned ",
+            exc_text ? exc_text : "",
+            exc_text ? "" : (rc == 0 ? "0 with an exception set" : "non-zero"));
+    if (!exc_text && rc != 0) {
+        fprintf(stderr, "pyfini:   (return value %d)\n", rc);
+    }
+    fflush(stderr);
+}
+
+/* Call one entry with the GIL held (PRE, USER, POST). */
+static inline void pyfini__call_with_gil(pyfini__entry *e, int64_t interp_id)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);       /* run with a clean error indicator */
+    int rc = e->func(e->arg);
+    if (rc != 0 || PyErr_Occurred()) {
+        char text[200];
+        const char *exc_text = NULL;
+        if (PyErr_Occurred()) {
+            PyObject *et, *ev, *etb;
+            PyErr_Fetch(&et, &ev, &etb);
+            PyErr_NormalizeException(&et, &ev, &etb);
+            PyObject *s = ev ? PyObject_Str(ev) : NULL;
+            const char *m = s ? PyUnicode_AsUTF8(s) : NULL;
+            if (m == NULL) {
+                PyErr_Clear();
+            }
+            snprintf(text, sizeof text, "%s: %s",
+                     et ? ((PyTypeObject *)et)->tp_name : "exception", m ? m : "?");
+            Py_XDECREF(s);
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(etb);
+            exc_text = text;
+        }
+        pyfini__report(e->phase, interp_id, e->func, rc, exc_text);
+    }
+    PyErr_Restore(type, value, tb);
+}
+
+static inline void pyfini__unlink(pyfini__entry **head, size_t *count, pyfini__entry *e)
+{
+    if (!e->linked) {
+        return;
+    }
+    if (e->prev) {
+        e->prev->next = e->next;
+    } else {
+        *head = e->next;
+    }
+    if (e->next) {
+        e->next->prev = e->prev;
+    }
+    e->prev = e->next = NULL;
+    e->linked = 0;
+    (*count)--;
+}
+
+static inline void pyfini__push(pyfini__entry **head, size_t *count, pyfini__entry *e)
+{
+    e->prev = NULL;
+    e->next = *head;
+    if (*head) {
+        (*head)->prev = e;
+    }
+    *head = e;
+    e->linked = 1;
+    (*count)++;
+}
+
+static inline pyfini__entry *pyfini__find(pyfini__entry *head, pyfini_callback func, void *arg)
+{
+    for (pyfini__entry *e = head; e != NULL; e = e->next) {
+        if (e->func == func && e->arg == arg && e->state == PYFINI__PENDING) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* ---------------- RUNTIME_SHUTDOWN: the Py_AtExit callback --------------- */
+
+PYFINI__UNUSED static void pyfini__runtime_run(void)
+{
+    pyfini__root *root = pyfini__atexit_root;
+    pyfini__atexit_root = NULL;
+    if (root == NULL) {
+        return;
+    }
+    root->phase = PYFINI_RUNTIME_SHUTDOWN;
+    pyfini__running_root = root;
+    /* newest first; a callback may cancel others (they are unlinked and freed) */
+    while (root->head != NULL) {
+        pyfini__entry *e = root->head;
+        pyfini__unlink(&root->head, &root->count, e);
+        int rc = e->func(e->arg);
+        if (rc != 0) {
+            pyfini__report(PYFINI_RUNTIME_SHUTDOWN, -1, e->func, rc, NULL);
+        }
+        PYFINI_FREE(e);
+    }
+    pyfini__running_root = NULL;
+    PYFINI_FREE(root);
+}
+
+/* ---------------- PRE_SHUTDOWN / USER hooks (Python callables) ----------- */
+
+static inline void pyfini__set_phase(pyfini__registry *reg, int phase)
+{
+    if (reg->phase < phase) {
+        reg->phase = phase;
+    }
+}
+
+PYFINI__UNUSED static void pyfini__entry_capsule_destructor_impl(PyObject *capsule);
+PYFINI__UNUSED static void pyfini__entry_capsule_destructor(PyObject *capsule)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);   /* destructors may run with an exception set */
+    pyfini__entry_capsule_destructor_impl(capsule);
+    PyErr_Restore(type, value, tb);
+}
+PYFINI__UNUSED static void pyfini__entry_capsule_destructor_impl(PyObject *capsule)
+{
+    pyfini__entry *e = PYFINI_CAST(pyfini__entry *,
+                                   PyCapsule_GetPointer(capsule, "pyfini.entry.v1"));
+    if (e == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    pyfini__registry *reg = e->registry;
+    if (reg != NULL) {
+        /* A USER hook dropped without having run while the interpreter
+           finalizes was registered while atexit was already running
+           (CPython 3.12 drops such entries in atexit_cleanup()): run it now,
+           still inside the atexit step. */
+        if (e->state == PYFINI__PENDING && reg->phase >= PYFINI_PRE_SHUTDOWN) {
+            e->state = PYFINI__RAN;
+            pyfini__set_phase(reg, e->phase);
+            pyfini__call_with_gil(e, reg->interp_id);
+        }
+        pyfini__unlink(&reg->heads[e->phase], &reg->counts[e->phase], e);
+    }
+    PYFINI_FREE(e);
+}
+
+PYFINI__UNUSED static PyObject *pyfini__hook_call(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    pyfini__entry *e = PYFINI_CAST(pyfini__entry *,
+                                   PyCapsule_GetPointer(self, "pyfini.entry.v1"));
+    if (e == NULL) {
+        return NULL;
+    }
+    pyfini__registry *reg = e->registry;
+    if (reg != NULL) {
+        pyfini__set_phase(reg, e->phase);
+    }
+    if (e->state == PYFINI__PENDING) {
+        e->state = PYFINI__RAN;
+        if (reg != NULL) {
+            pyfini__unlink(&reg->heads[e->phase], &reg->counts[e->phase], e);
+        }
+        pyfini__call_with_gil(e, reg ? reg->interp_id : -1);
+    }
+    Py_RETURN_NONE;
+}
+
+/* Marks the start of the USER phase: registered with atexit at the end of
+   PRE_SHUTDOWN, so it is the newest atexit callback and runs first. */
+PYFINI__UNUSED static PyObject *pyfini__user_opener(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
+                                        PyCapsule_GetPointer(self, "pyfini.opener.v1"));
+    if (reg == NULL) {
+        return NULL;
+    }
+    pyfini__set_phase(reg, PYFINI_USER);
+    Py_RETURN_NONE;
+}
+
+PYFINI__UNUSED static PyMethodDef pyfini__hook_def = {
+    "pyfini_callback", pyfini__hook_call, METH_NOARGS,
+    "A pyfini exit callback (PRE_SHUTDOWN or USER phase)."};
+PYFINI__UNUSED static PyMethodDef pyfini__opener_def = {
+    "pyfini_user_phase_begins", pyfini__user_opener, METH_NOARGS,
+    "Marks the start of pyfini's USER phase."};
+
+static inline int pyfini__register_opener(pyfini__registry *reg)
+{
+    PyObject *cap = PyCapsule_New(reg, "pyfini.opener.v1", NULL);
+    if (cap == NULL) {
+        return -1;
+    }
+    PyObject *fn = PyCFunction_New(&pyfini__opener_def, cap);
+    Py_DECREF(cap);
+    if (fn == NULL) {
+        return -1;
+    }
+    PyObject *atexit = PyImport_ImportModule("atexit");
+    PyObject *r = atexit ? PyObject_CallMethod(atexit, "register", "O", fn) : NULL;
+    Py_XDECREF(atexit);
+    Py_DECREF(fn);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* threading._register_atexit() callback registered when the registry is
+   made: runs after every pyfini PRE_SHUTDOWN callback (it is the oldest). */
+PYFINI__UNUSED static PyObject *pyfini__pre_sentinel(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
+                                        PyCapsule_GetPointer(self, "pyfini.opener.v1"));
+    if (reg == NULL) {
+        return NULL;
+    }
+    pyfini__set_phase(reg, PYFINI_PRE_SHUTDOWN);
+    if (pyfini__register_opener(reg) < 0) {
+        PyErr_WriteUnraisable(NULL);
+    }
+    Py_RETURN_NONE;
+}
+PYFINI__UNUSED static PyMethodDef pyfini__sentinel_def = {
+    "pyfini_pre_shutdown_ends", pyfini__pre_sentinel, METH_NOARGS,
+    "Marks the end of pyfini's PRE_SHUTDOWN phase."};
+
+/* threading._register_atexit(fn), or atexit.register(fn). */
+static inline int pyfini__python_register(int phase, PyObject *fn)
+{
+    PyObject *mod = PyImport_ImportModule(phase == PYFINI_PRE_SHUTDOWN ? "threading" : "atexit");
+    if (mod == NULL) {
+        return -1;
+    }
+    PyObject *r = PyObject_CallMethod(mod, phase == PYFINI_PRE_SHUTDOWN ? "_register_atexit" : "register",
+                                      "O", fn);
+    Py_DECREF(mod);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* ---------------- POST_SHUTDOWN ----------------------------------------- */
+
+static inline void pyfini__finder_set(pyfini__registry *reg, PyObject *builtins)
+{
+    PyObject *finder = PyCapsule_New(reg, PYFINI__FINDER_CAPSULE, NULL);
+    if (finder == NULL || PyDict_SetItemString(builtins, PYFINI_REGISTRY_KEY, finder) < 0) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(finder);
+}
+
+static inline void pyfini__free_registry(pyfini__registry *reg)
+{
+    /* PRE/USER entries whose hooks are still alive (leaked): detach them */
+    for (int p = PYFINI_PRE_SHUTDOWN; p <= PYFINI_USER; p++) {
+        while (reg->heads[p] != NULL) {
+            pyfini__entry *e = reg->heads[p];
+            pyfini__unlink(&reg->heads[p], &reg->counts[p], e);
+            e->registry = NULL;
+        }
+    }
+    while (reg->heads[PYFINI_POST_SHUTDOWN] != NULL) {
+        pyfini__entry *e = reg->heads[PYFINI_POST_SHUTDOWN];
+        pyfini__unlink(&reg->heads[PYFINI_POST_SHUTDOWN], &reg->counts[PYFINI_POST_SHUTDOWN], e);
+        PYFINI_FREE(e);
+    }
+    if (reg->root != NULL && !reg->root->atexit_registered) {
+        /* no RUNTIME_SHUTDOWN callback was ever registered */
+        PYFINI_FREE(reg->root);
+    }
+    reg->root = NULL;
+    PYFINI_FREE(reg);
+}
+
+static inline void pyfini__run_post(pyfini__registry *reg)
+{
+    pyfini__set_phase(reg, PYFINI_POST_SHUTDOWN);
+    PyObject *builtins = pyfini__builtins();
+    if (builtins != NULL) {
+        /* the dict is empty now (PyDict_Clear detached its entries before
+           releasing them): let lookups during POST_SHUTDOWN find us */
+        pyfini__finder_set(reg, builtins);
+    }
+    pyfini__entry **head = &reg->heads[PYFINI_POST_SHUTDOWN];
+    while (*head != NULL) {
+        pyfini__entry *e = *head;
+        pyfini__unlink(head, &reg->counts[PYFINI_POST_SHUTDOWN], e);
+        e->state = PYFINI__RAN;
+        pyfini__call_with_gil(e, reg->interp_id);
+        PYFINI_FREE(e);
+    }
+    builtins = pyfini__builtins();
+    if (builtins != NULL && PyDict_DelItemString(builtins, PYFINI_REGISTRY_KEY) < 0) {
+        PyErr_Clear();
+    }
+    pyfini__free_registry(reg);
+}
+
+PYFINI__UNUSED static void pyfini__post_capsule_destructor(PyObject *capsule)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
+                                        PyCapsule_GetPointer(capsule, PYFINI__POST_CAPSULE));
+    if (reg == NULL) {
+        PyErr_Clear();
+    } else {
+        pyfini__run_post(reg);
+    }
+    PyErr_Restore(type, value, tb);
+}
+
+/* The state-dict capsule dies in interpreter_clear(): Py_CLEAR(interp->dict).
+   Plant the finder and the POST_SHUTDOWN trigger as the last entries of the
+   builtins dict, which interpreter_clear() clears after the last GC. */
+PYFINI__UNUSED static void pyfini__registry_capsule_destructor_impl(PyObject *capsule);
+PYFINI__UNUSED static void pyfini__registry_capsule_destructor(PyObject *capsule)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    pyfini__registry_capsule_destructor_impl(capsule);
+    PyErr_Restore(type, value, tb);
+}
+PYFINI__UNUSED static void pyfini__registry_capsule_destructor_impl(PyObject *capsule)
+{
+    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
+                                        PyCapsule_GetPointer(capsule, PYFINI_REGISTRY_KEY));
+    if (reg == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (!reg->published) {
+        /* lost the race to PyDict_SetDefault(): never used, free at once */
+        pyfini__free_registry(reg);
+        return;
+    }
+    reg->dict_cleared = 1;
+    pyfini__set_phase(reg, PYFINI_USER);
+    PyObject *builtins = pyfini__builtins();
+    PyObject *post = builtins ? PyCapsule_New(reg, PYFINI__POST_CAPSULE,
+                                              pyfini__post_capsule_destructor)
+                              : NULL;
+    if (post != NULL) {
+        pyfini__finder_set(reg, builtins);
+        /* delete first so that the key is appended: last to be released */
+        if (PyDict_DelItemString(builtins, PYFINI__POST_KEY) < 0) {
+            PyErr_Clear();
+        }
+        if (PyDict_SetItemString(builtins, PYFINI__POST_KEY, post) == 0) {
+            Py_DECREF(post);
+            return;
+        }
+        /* the capsule's destructor runs POST_SHUTDOWN now */
+        PyErr_Clear();
+        fprintf(stderr, "pyfini: interpreter %lld: cannot defer POST_SHUTDOWN past the last "
+                        "garbage collection; running it at the state-dict clear\n",
+                (long long)reg->interp_id);
+        Py_DECREF(post);
+        return;
+    }
+    PyErr_Clear();
+    fprintf(stderr, "pyfini: interpreter %lld: no builtins dict at the state-dict clear; "
+                    "running POST_SHUTDOWN early\n", (long long)reg->interp_id);
+    pyfini__run_post(reg);
+}
+
+/* ---------------- registry operations (stored in the registry) ----------- */
+
+static inline pyfini__registry *pyfini__registry_get(int create);
+static inline void pyfini__install_sentinel(pyfini__registry *reg);
+
+/* Run fn with the MAIN interpreter's GIL held, from a sub-interpreter: a
+   temporary thread state of the main interpreter is attached
+   (PyThreadState_New + PyEval_RestoreThread), then the caller's thread state
+   is restored. Exceptions raised under the main interpreter are turned into
+   RuntimeError in the caller's. */
+typedef int (*pyfini__main_fn)(pyfini_callback func, void *arg);
+
+static inline int pyfini__root_add_locked(pyfini_callback func, void *arg);
+static inline int pyfini__root_cancel_locked(pyfini_callback func, void *arg);
+
+static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void *arg)
+{
+    PyInterpreterState *main_interp = PyInterpreterState_Main();
+    if (PyInterpreterState_Get() == main_interp) {
+        return fn(func, arg);
+    }
+    if (pyfini__runtime_finalizing()) {
+        return pyfini__fail(PyExc_RuntimeError,
+                            "RUNTIME_SHUTDOWN: the runtime is finalizing; the main interpreter "
+                            "can no longer be attached from a sub-interpreter");
+    }
+    PyThreadState *mine = PyEval_SaveThread();
+    PyThreadState *ts = PyThreadState_New(main_interp);
+    if (ts == NULL) {
+        PyEval_RestoreThread(mine);
+        return pyfini__fail(PyExc_MemoryError, "RUNTIME_SHUTDOWN: cannot create a thread state "
+                                               "of the main interpreter");
+    }
+    PyEval_RestoreThread(ts);
+    pyfini__in_temporary_tstate = 1;
+    int rc = fn(func, arg);
+    pyfini__in_temporary_tstate = 0;
+    char msg[256] = "";
+    if (rc < 0 && PyErr_Occurred()) {
+        pyfini__fail_from_exception("in the main interpreter");
+        snprintf(msg, sizeof msg, "%s", pyfini__error_buf + 8);
+        PyErr_Clear();
+    }
+    PyThreadState_Clear(ts);
+    PyThreadState_DeleteCurrent();
+    PyEval_RestoreThread(mine);
+    if (rc < 0) {
+        return pyfini__fail(PyExc_RuntimeError, msg[0] ? msg : "RUNTIME_SHUTDOWN: failed in the "
+                                                               "main interpreter");
+    }
+    return rc;
+}
+
+/* With the main interpreter's GIL held. */
+static inline pyfini__root *pyfini__main_root(void)
+{
+    pyfini__registry *reg = pyfini__registry_get(1);
+    if (reg == NULL) {
+        return NULL;
+    }
+    if (reg->root == NULL) {
+        pyfini__fail(PyExc_RuntimeError, "RUNTIME_SHUTDOWN: the main interpreter's registry "
+                                         "has no process-wide list (made by an older copy?)");
+    }
+    return reg->root;
+}
+
+static inline int pyfini__root_add_locked(pyfini_callback func, void *arg)
+{
+    pyfini__root *root = pyfini__main_root();
+    if (root == NULL) {
+        return -1;
+    }
+    if (root->phase >= PYFINI_RUNTIME_SHUTDOWN) {
+        return pyfini__fail(PyExc_RuntimeError, "phase PYFINI_RUNTIME_SHUTDOWN has already begun");
+    }
+    pyfini__entry *e = PYFINI_CAST(pyfini__entry *, PYFINI_CALLOC(1, sizeof(pyfini__entry)));
+    if (e == NULL) {
+        pyfini__fail(NULL, "out of memory");
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (!root->atexit_registered) {
+        if (Py_AtExit(pyfini__runtime_run) < 0) {
+            PYFINI_FREE(e);
+            return pyfini__fail(PyExc_RuntimeError, "RUNTIME_SHUTDOWN: all 32 Py_AtExit slots "
+                                                    "of the process are taken");
+        }
+        root->atexit_registered = 1;
+        pyfini__atexit_root = root;
+    }
+    e->func = func;
+    e->arg = arg;
+    e->phase = PYFINI_RUNTIME_SHUTDOWN;
+    pyfini__push(&root->head, &root->count, e);
+    return 0;
+}
+
+static inline int pyfini__root_cancel_locked(pyfini_callback func, void *arg)
+{
+    pyfini__root *root = pyfini__main_root();
+    if (root == NULL) {
+        return -1;
+    }
+    pyfini__entry *e = pyfini__find(root->head, func, arg);
+    if (e == NULL) {
+        return 0;
+    }
+    pyfini__unlink(&root->head, &root->count, e);
+    PYFINI_FREE(e);
+    return 1;
+}
+
+PYFINI__UNUSED static int pyfini__registry_add(pyfini__registry *reg, pyfini_callback func, void *arg, int phase)
+{
+    if (phase == PYFINI_RUNTIME_SHUTDOWN) {
+        if (reg->root != NULL) {   /* main interpreter: also during its teardown */
+            return pyfini__root_add_locked(func, arg);
+        }
+        return pyfini__in_main(pyfini__root_add_locked, func, arg);
+    }
+    if (reg->phase >= phase) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "cannot register for %s in interpreter %lld: phase %s has already begun",
+                 pyfini_phase_name(phase), (long long)reg->interp_id,
+                 pyfini_phase_name(reg->phase > phase ? reg->phase : phase));
+        return pyfini__fail(PyExc_RuntimeError, msg);
+    }
+    pyfini__entry *e = PYFINI_CAST(pyfini__entry *, PYFINI_CALLOC(1, sizeof(pyfini__entry)));
+    if (e == NULL) {
+        pyfini__fail(NULL, "out of memory");
+        PyErr_NoMemory();
+        return -1;
+    }
+    e->func = func;
+    e->arg = arg;
+    e->phase = phase;
+    e->registry = reg;
+    if (phase == PYFINI_POST_SHUTDOWN) {
+        pyfini__push(&reg->heads[phase], &reg->counts[phase], e);
+        return 0;
+    }
+    /* PRE_SHUTDOWN / USER: one Python callable per entry, registered with
+       threading._register_atexit / atexit.register; it owns the entry. */
+    PyObject *cap = PyCapsule_New(e, "pyfini.entry.v1", pyfini__entry_capsule_destructor);
+    if (cap == NULL) {
+        PYFINI_FREE(e);
+        return pyfini__fail_from_exception("cannot register");
+    }
+    pyfini__push(&reg->heads[phase], &reg->counts[phase], e);
+    PyObject *fn = PyCFunction_New(&pyfini__hook_def, cap);
+    Py_DECREF(cap);        /* on failure this frees e (state pending, phase not begun) */
+    if (fn == NULL) {
+        return pyfini__fail_from_exception("cannot register");
+    }
+    e->hook = fn;
+    if (pyfini__python_register(phase, fn) < 0) {
+        e->state = PYFINI__CANCELLED;   /* never ran; must not run from the destructor */
+        Py_DECREF(fn);
+        return pyfini__fail_from_exception("cannot register");
+    }
+    Py_DECREF(fn);         /* threading/atexit keeps it */
+    if (phase == PYFINI_PRE_SHUTDOWN) {
+        pyfini__install_sentinel(reg);   /* threading is imported now */
+    }
+    return 0;
+}
+
+PYFINI__UNUSED static int pyfini__registry_cancel(pyfini__registry *reg, pyfini_callback func, void *arg, int phase)
+{
+    if (phase == PYFINI_RUNTIME_SHUTDOWN) {
+        if (reg->root != NULL) {
+            return pyfini__root_cancel_locked(func, arg);
+        }
+        return pyfini__in_main(pyfini__root_cancel_locked, func, arg);
+    }
+    pyfini__entry *e = pyfini__find(reg->heads[phase], func, arg);
+    if (e == NULL) {
+        return 0;
+    }
+    pyfini__unlink(&reg->heads[phase], &reg->counts[phase], e);
+    e->state = PYFINI__CANCELLED;
+    if (phase == PYFINI_POST_SHUTDOWN) {
+        PYFINI_FREE(e);
+        return 1;
+    }
+    if (phase == PYFINI_USER && reg->phase < PYFINI_PRE_SHUTDOWN) {
+        /* not finalizing yet: drop it from atexit too (frees the entry) */
+        PyObject *hook = e->hook;
+        PyObject *atexit = PyImport_ImportModule("atexit");
+        PyObject *r = atexit ? PyObject_CallMethod(atexit, "unregister", "O", hook) : NULL;
+        Py_XDECREF(atexit);
+        if (r == NULL) {
+            PyErr_Clear();   /* it stays registered as a no-op */
+        }
+        Py_XDECREF(r);
+    }
+    return 1;
+}
+
+/* ---------------- finding / creating the registry ----------------------- */
+
+static inline pyfini__registry *pyfini__registry_check(PyObject *cap, const char *name)
+{
+    if (!PyCapsule_IsValid(cap, name)) {
+        pyfini__fail(PyExc_RuntimeError, "the interpreter's " PYFINI_REGISTRY_KEY
+                                         " entry is not a pyfini registry");
+        return NULL;
+    }
+    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *, PyCapsule_GetPointer(cap, name));
+    if (reg == NULL || reg->abi_version != PYFINI_ABI_VERSION) {
+        pyfini__fail(PyExc_RuntimeError, "pyfini registry of another ABI version");
+        return NULL;
+    }
+    return reg;
+}
+
+/* Install the threading hook that marks the end of PRE_SHUTDOWN (and so
+   lets the USER phase's start be seen), but only once `threading` has been
+   imported by someone: importing it here could happen under a temporary or
+   foreign thread state and would make threading._main_thread wrong (its
+   _shutdown() then fails "assert tlock.locked()"). Retried on later calls. */
+static inline void pyfini__install_sentinel(pyfini__registry *reg)
+{
+    if (reg->sentinel_installed || reg->phase != PYFINI_RUNNING) {
+        return;
+    }
+    PyObject *name = PyUnicode_FromString("threading");
+    PyObject *threading = name ? PyImport_GetModule(name) : NULL;   /* new ref or NULL */
+    Py_XDECREF(name);
+    if (threading == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    reg->sentinel_installed = 1;
+    PyObject *cap = PyCapsule_New(reg, "pyfini.opener.v1", NULL);
+    PyObject *fn = cap ? PyCFunction_New(&pyfini__sentinel_def, cap) : NULL;
+    Py_XDECREF(cap);
+    PyObject *r = fn ? PyObject_CallMethod(threading, "_register_atexit", "O", fn) : NULL;
+    Py_XDECREF(fn);
+    Py_DECREF(threading);
+    if (r != NULL) {
+        Py_DECREF(r);
+        return;
+    }
+    if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+        /* threading is already shutting down: PRE_SHUTDOWN has begun */
+        PyErr_Clear();
+        reg->phase = PYFINI_PRE_SHUTDOWN;
+        if (pyfini__register_opener(reg) < 0) {
+            PyErr_Clear();
+        }
+        return;
+    }
+    PyErr_Clear();
+}
+
+/* The registry of the current interpreter (GIL held), or NULL with an
+   exception set (and pyfini_last_error()). create=0: NULL without an
+   exception if there is none. */
+static inline pyfini__registry *pyfini__registry_get(int create)
+{
+    PyObject *builtins = pyfini__builtins();
+    if (builtins != NULL) {
+        /* during teardown the registry is reachable through builtins */
+        PyObject *finder = PyDict_GetItemString(builtins, PYFINI_REGISTRY_KEY);
+        if (finder != NULL && PyCapsule_IsValid(finder, PYFINI__FINDER_CAPSULE)) {
+            return pyfini__registry_check(finder, PYFINI__FINDER_CAPSULE);   /* teardown */
+        }
+    }
+    if (builtins == NULL || !pyfini__state_dict_usable()) {
+        if (!create) {
+            return NULL;
+        }
+        pyfini__fail(PyExc_RuntimeError, "the interpreter is past its state-dict clear "
+                                         "(finalized); nothing can be registered");
+        return NULL;
+    }
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    PyObject *dict = PyInterpreterState_GetDict(interp);
+    if (dict == NULL) {
+        pyfini__fail(PyExc_RuntimeError, "the interpreter has no state dict");
+        return NULL;
+    }
+    PyObject *key = PyUnicode_FromString(PYFINI_REGISTRY_KEY);
+    if (key == NULL) {
+        pyfini__fail_from_exception("cannot look up the registry");
+        return NULL;
+    }
+    PyObject *cap = PyDict_GetItemWithError(dict, key);
+    if (cap != NULL || PyErr_Occurred() || !create) {
+        Py_DECREF(key);
+        if (cap == NULL) {
+            if (PyErr_Occurred()) {
+                pyfini__fail_from_exception("cannot look up the registry");
+            }
+            return NULL;
+        }
+        pyfini__registry *found = pyfini__registry_check(cap, PYFINI_REGISTRY_KEY);
+        if (found != NULL && !pyfini__in_temporary_tstate) {
+            pyfini__install_sentinel(found);
+        }
+        return found;
+    }
+    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
+                                        PYFINI_CALLOC(1, sizeof(pyfini__registry)));
+    pyfini__root *root = NULL;
+    int is_main = interp == PyInterpreterState_Main();
+    if (reg != NULL && is_main) {
+        root = PYFINI_CAST(pyfini__root *, PYFINI_CALLOC(1, sizeof(pyfini__root)));
+        if (root == NULL) {
+            PYFINI_FREE(reg);
+            reg = NULL;
+        }
+    }
+    if (reg == NULL) {
+        Py_DECREF(key);
+        pyfini__fail(NULL, "out of memory");
+        PyErr_NoMemory();
+        return NULL;
+    }
+    reg->abi_version = PYFINI_ABI_VERSION;
+    reg->struct_size = (uint32_t)sizeof(pyfini__registry);
+    reg->creator_version = PYFINI_VERSION_HEX;
+    reg->interp = interp;
+    reg->interp_id = PyInterpreterState_GetID(interp);
+    reg->add = pyfini__registry_add;
+    reg->cancel = pyfini__registry_cancel;
+    if (root != NULL) {
+        root->abi_version = PYFINI_ABI_VERSION;
+        root->struct_size = (uint32_t)sizeof(pyfini__root);
+        root->creator_version = PYFINI_VERSION_HEX;
+        reg->root = root;
+    }
+    PyObject *mine = PyCapsule_New(reg, PYFINI_REGISTRY_KEY, pyfini__registry_capsule_destructor);
+    if (mine == NULL) {
+        Py_DECREF(key);
+        pyfini__fail_from_exception("cannot create the registry");
+        pyfini__free_registry(reg);
+        return NULL;
+    }
+    /* Race-free publication: whoever inserts first wins; the loser's
+       capsule frees its registry at once (reg->published stays 0). */
+    PyObject *winner = PyDict_SetDefault(dict, key, mine);   /* borrowed */
+    Py_DECREF(key);
+    if (winner == NULL) {
+        pyfini__fail_from_exception("cannot publish the registry");
+        Py_DECREF(mine);
+        return NULL;
+    }
+    if (winner != mine) {
+        Py_DECREF(mine);
+        return pyfini__registry_check(winner, PYFINI_REGISTRY_KEY);
+    }
+    reg->published = 1;
+    Py_DECREF(mine);          /* the state dict holds it */
+    if (!pyfini__in_temporary_tstate) {
+        pyfini__install_sentinel(reg);
+    }
+    return reg;
+}
+
+static inline int pyfini__check_args(pyfini_callback func, int phase, PyThreadState **ts)
+{
+    *ts = pyfini__tstate();
+    if (*ts == NULL) {
+        return pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first; "
+                                  "nothing was done");
+    }
+    if (func == NULL) {
+        return pyfini__fail(PyExc_TypeError, "the callback is NULL");
+    }
+    if (phase < PYFINI_PRE_SHUTDOWN || phase > PYFINI_RUNTIME_SHUTDOWN) {
+        char msg[80];
+        snprintf(msg, sizeof msg, "unknown phase %d (expected 1 to 4)", phase);
+        return pyfini__fail(PyExc_ValueError, msg);
+    }
+    return 0;
+}
+
+PYFINI_FUNC int pyfini_atexit(pyfini_callback func, void *arg, pyfini_phase phase)
+{
+    PyThreadState *ts;
+    if (pyfini__check_args(func, (int)phase, &ts) < 0) {
+        return -1;
+    }
+    pyfini__registry *reg = pyfini__registry_get(1);
+    if (reg == NULL) {
+        return -1;
+    }
+    return reg->add(reg, func, arg, (int)phase);
+}
+
+PYFINI_FUNC int pyfini_atexit_cancel(pyfini_callback func, void *arg, pyfini_phase phase)
+{
+    PyThreadState *ts;
+    if (phase == PYFINI_RUNTIME_SHUTDOWN && pyfini__running_root != NULL && func != NULL &&
+        pyfini__tstate() == NULL) {
+        /* from a RUNTIME_SHUTDOWN callback run by this copy: no C API needed */
+        pyfini__entry *e = pyfini__find(pyfini__running_root->head, func, arg);
+        if (e == NULL) {
+            return 0;
+        }
+        pyfini__unlink(&pyfini__running_root->head, &pyfini__running_root->count, e);
+        PYFINI_FREE(e);
+        return 1;
+    }
+    if (pyfini__check_args(func, (int)phase, &ts) < 0) {
+        return -1;
+    }
+    pyfini__registry *reg = pyfini__registry_get(0);
+    if (reg == NULL) {
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        if (phase != PYFINI_RUNTIME_SHUTDOWN) {
+            return 0;   /* nothing was ever registered here */
+        }
+        reg = pyfini__registry_get(1);
+        if (reg == NULL) {
+            return -1;
+        }
+    }
+    return reg->cancel(reg, func, arg, (int)phase);
+}
+
+PYFINI_FUNC int pyfini_current_phase(void)
+{
+    if (pyfini__tstate() == NULL) {
+        return pyfini__fail(NULL, "no thread state");
+    }
+    pyfini__registry *reg = pyfini__registry_get(1);
+    return reg ? reg->phase : -1;
+}
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* PYFINI_H */
