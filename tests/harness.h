@@ -1,0 +1,522 @@
+/* tests/harness.h - shared helpers of pyfini's embedding tests.
+ *
+ * Every test runs in its own process (Check's fork mode): it initializes
+ * CPython, acts, finalizes, and then asserts on the events its callbacks
+ * recorded. Include after Python.h, check.h and (optionally) pyfini.h.
+ * The helper module `_pyfini_test` is appended to the inittab by
+ * harness_init(); it works in legacy and isolated sub-interpreters.
+ */
+#ifndef PYFINI_TEST_HARNESS_H
+#define PYFINI_TEST_HARNESS_H
+
+#undef NDEBUG
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---------------- events ----------------------------------------------- */
+
+#define EV_MAX (1 << 20)
+static char ev_buf[EV_MAX];
+static size_t ev_len;
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Append one line (no C API: usable in every phase). */
+static inline void ev_add(const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&ev_lock);
+    size_t n = strlen(line);
+    if (ev_len + n + 2 < EV_MAX) {
+        memcpy(ev_buf + ev_len, line, n);
+        ev_len += n;
+        ev_buf[ev_len++] = '\n';
+        ev_buf[ev_len] = '\0';
+    }
+    pthread_mutex_unlock(&ev_lock);
+}
+
+static const char *ev_text(void) { return ev_buf; }
+
+/* Position of the line `s` (exact line) or -1. */
+static inline long ev_pos(const char *s)
+{
+    size_t n = strlen(s);
+    const char *p = ev_buf;
+    while ((p = strstr(p, s)) != NULL) {
+        if ((p == ev_buf || p[-1] == '\n') && p[n] == '\n') {
+            return (long)(p - ev_buf);
+        }
+        p += 1;
+    }
+    return -1;
+}
+
+static inline int ev_count(const char *s)
+{
+    int c = 0;
+    size_t n = strlen(s);
+    for (const char *p = ev_buf; (p = strstr(p, s)) != NULL; p += n) {
+        if ((p == ev_buf || p[-1] == '\n') && p[n] == '\n') {
+            c++;
+        }
+    }
+    return c;
+}
+
+/* Assert that the given lines all occur, in this order (NULL-terminated). */
+#define EV_ORDER(...) ev_order_check(__FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
+static inline void ev_order_check(const char *file, int line, ...)
+{
+    va_list ap;
+    va_start(ap, line);
+    long last = -1;
+    const char *prev = "(start)";
+    const char *s;
+    while ((s = va_arg(ap, const char *)) != NULL) {
+        long p = ev_pos(s);
+        if (p < 0) {
+            ck_abort_msg("%s:%d: event '%s' missing; events:\n%s", file, line, s, ev_buf);
+        }
+        if (p <= last) {
+            ck_abort_msg("%s:%d: event '%s' came before '%s'; events:\n%s", file, line, s, prev,
+                         ev_buf);
+        }
+        last = p;
+        prev = s;
+    }
+    va_end(ap);
+}
+
+/* ---------------- tags: stable void * arguments ------------------------- */
+
+#define TAG_MAX 8192
+static char *tag_table[TAG_MAX];
+static int tag_n;
+
+static void *tag(const char *s)
+{
+    pthread_mutex_lock(&ev_lock);
+    for (int i = 0; i < tag_n; i++) {
+        if (strcmp(tag_table[i], s) == 0) {
+            pthread_mutex_unlock(&ev_lock);
+            return tag_table[i];
+        }
+    }
+    assert(tag_n < TAG_MAX);
+    char *t = strdup(s);
+    tag_table[tag_n++] = t;
+    pthread_mutex_unlock(&ev_lock);
+    return t;
+}
+
+/* The common callback: records its tag. Not static: dladdr() names it. */
+int harness_record_cb(void *arg);
+int harness_record_cb(void *arg)
+{
+    ev_add("%s", (const char *)arg);
+    return 0;
+}
+
+/* ---------------- stderr capture ---------------------------------------- */
+
+static int cap_saved_fd = -1;
+static FILE *cap_file;
+
+static inline void stderr_capture_begin(void)
+{
+    fflush(stderr);
+    cap_file = tmpfile();
+    ck_assert_ptr_nonnull(cap_file);
+    cap_saved_fd = dup(2);
+    dup2(fileno(cap_file), 2);
+}
+
+/* Returns the captured text (malloc'd). */
+static inline char *stderr_capture_end(void)
+{
+    fflush(stderr);
+    dup2(cap_saved_fd, 2);
+    close(cap_saved_fd);
+    long n = ftell(cap_file);
+    char *s = (char *)malloc((size_t)n + 1);
+    rewind(cap_file);
+    size_t got = fread(s, 1, (size_t)n, cap_file);
+    s[got] = '\0';
+    fclose(cap_file);
+    return s;
+}
+
+static inline int count_substr(const char *hay, const char *needle)
+{
+    int c = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) {
+        c++;
+    }
+    return c;
+}
+
+/* ---------------- the _pyfini_test module -------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ref;
+    char tag[64];
+} probe_object;
+
+typedef struct {
+    PyObject *probe_type;
+} test_module_state;
+
+static int probe_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    probe_object *p = (probe_object *)self;
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(p->ref);
+    return 0;
+}
+
+static int probe_clear(PyObject *self)
+{
+    Py_CLEAR(((probe_object *)self)->ref);
+    return 0;
+}
+
+static void probe_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    ev_add("freed %s", ((probe_object *)self)->tag);
+    probe_clear(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *probe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    const char *t;
+    (void)kw;
+    if (!PyArg_ParseTuple(args, "s", &t)) {
+        return NULL;
+    }
+    probe_object *p = (probe_object *)type->tp_alloc(type, 0);
+    if (p != NULL) {
+        snprintf(p->tag, sizeof p->tag, "%s", t);
+    }
+    return (PyObject *)p;
+}
+
+static PyObject *probe_get_ref(PyObject *self, void *c)
+{
+    (void)c;
+    PyObject *r = ((probe_object *)self)->ref;
+    return Py_NewRef(r ? r : Py_None);
+}
+
+static int probe_set_ref(PyObject *self, PyObject *v, void *c)
+{
+    (void)c;
+    Py_XSETREF(((probe_object *)self)->ref, Py_XNewRef(v));
+    return 0;
+}
+
+static PyGetSetDef probe_getset[] = {
+    {"ref", probe_get_ref, probe_set_ref, "a reference (makes cycles)", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyType_Slot probe_slots[] = {
+    {Py_tp_new, (void *)probe_new},
+    {Py_tp_dealloc, (void *)probe_dealloc},
+    {Py_tp_traverse, (void *)probe_traverse},
+    {Py_tp_clear, (void *)probe_clear},
+    {Py_tp_getset, (void *)probe_getset},
+    {0, NULL}};
+
+static PyType_Spec probe_spec = {
+    "_pyfini_test.Probe", sizeof(probe_object), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, probe_slots};
+
+static PyObject *t_record(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    const char *s = PyUnicode_AsUTF8(arg);
+    if (s == NULL) {
+        return NULL;
+    }
+    ev_add("%s", s);
+    Py_RETURN_NONE;
+}
+
+#ifdef PYFINI_H
+static PyObject *t_register(PyObject *m, PyObject *args)
+{
+    (void)m;
+    int phase;
+    const char *t;
+    if (!PyArg_ParseTuple(args, "is", &phase, &t)) {
+        return NULL;
+    }
+    if (pyfini_atexit(harness_record_cb, tag(t), (pyfini_phase)phase) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *t_cancel(PyObject *m, PyObject *args)
+{
+    (void)m;
+    int phase;
+    const char *t;
+    if (!PyArg_ParseTuple(args, "is", &phase, &t)) {
+        return NULL;
+    }
+    int r = pyfini_atexit_cancel(harness_record_cb, tag(t), (pyfini_phase)phase);
+    if (r < 0) {
+        return NULL;
+    }
+    return PyLong_FromLong(r);
+}
+
+static PyObject *t_phase(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    int p = pyfini_current_phase();
+    if (p < 0) {
+        return NULL;
+    }
+    return PyLong_FromLong(p);
+}
+#endif
+
+/* Keep obj alive in the interpreter state dict: released at its clear,
+   so a cycle through it is freed only by the interpreter's last GC. */
+static PyObject *t_park(PyObject *m, PyObject *args)
+{
+    (void)m;
+    const char *key;
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "sO", &key, &obj)) {
+        return NULL;
+    }
+    PyObject *d = PyInterpreterState_GetDict(PyInterpreterState_Get());
+    if (d == NULL || PyDict_SetItemString(d, key, obj) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static void sys_probe_destructor(PyObject *cap)
+{
+    ev_add("sys-planted %s", (const char *)PyCapsule_GetContext(cap));
+}
+
+/* A capsule in the state dict whose destructor (at Py_CLEAR(interp->dict))
+   plants another capsule in sys; that one records when sys is cleared. */
+static void dict_probe_destructor(PyObject *cap)
+{
+    const char *t = (const char *)PyCapsule_GetContext(cap);
+    ev_add("state-dict cleared %s", t);
+    PyObject *modules = PySys_GetObject("modules");
+    ev_add("sys.modules at state-dict clear is %s",
+           modules == NULL ? "missing" : PyDict_Check(modules) ? "a dict" : Py_TYPE(modules)->tp_name);
+    PyObject *probe = PyCapsule_New((void *)t, "pyfini.test.sys", sys_probe_destructor);
+    if (probe != NULL) {
+        PyCapsule_SetContext(probe, (void *)t);
+        if (PySys_SetObject("_pyfini_test_probe", probe) < 0) {
+            PyErr_Clear();
+        }
+        Py_DECREF(probe);
+    } else {
+        PyErr_Clear();
+    }
+}
+
+static PyObject *t_watch_state_dict(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    const char *s = PyUnicode_AsUTF8(arg);
+    if (s == NULL) {
+        return NULL;
+    }
+    void *t = tag(s);
+    PyObject *cap = PyCapsule_New(t, "pyfini.test.dict", dict_probe_destructor);
+    if (cap == NULL) {
+        return NULL;
+    }
+    PyCapsule_SetContext(cap, t);
+    PyObject *d = PyInterpreterState_GetDict(PyInterpreterState_Get());
+    int rc = d ? PyDict_SetItemString(d, "_pyfini_test_dict_probe", cap) : -1;
+    Py_DECREF(cap);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+#if PY_VERSION_HEX >= 0x030D0000
+static void unstable_atexit_cb(void *data) { ev_add("PyUnstable_AtExit %s", (const char *)data); }
+static PyObject *t_unstable_atexit(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    const char *s = PyUnicode_AsUTF8(arg);
+    if (s == NULL) {
+        return NULL;
+    }
+    if (PyUnstable_AtExit(PyInterpreterState_Get(), unstable_atexit_cb, tag(s)) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+#endif
+
+static PyObject *t_interp_id(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyLong_FromLongLong(PyInterpreterState_GetID(PyInterpreterState_Get()));
+}
+
+static PyMethodDef test_methods[] = {
+    {"record", t_record, METH_O, "record an event"},
+#ifdef PYFINI_H
+    {"register", t_register, METH_VARARGS, "pyfini_atexit(record, tag, phase)"},
+    {"cancel", t_cancel, METH_VARARGS, "pyfini_atexit_cancel(record, tag, phase)"},
+    {"phase", t_phase, METH_NOARGS, "pyfini_current_phase()"},
+#endif
+    {"park", t_park, METH_VARARGS, "store an object in the interpreter state dict"},
+    {"watch_state_dict", t_watch_state_dict, METH_O, "record the state-dict clear"},
+#if PY_VERSION_HEX >= 0x030D0000
+    {"unstable_atexit", t_unstable_atexit, METH_O, "PyUnstable_AtExit recording a tag"},
+#endif
+    {"interp_id", t_interp_id, METH_NOARGS, "PyInterpreterState_GetID()"},
+    {NULL, NULL, 0, NULL}};
+
+static int test_exec(PyObject *m)
+{
+    test_module_state *st = (test_module_state *)PyModule_GetState(m);
+    st->probe_type = PyType_FromModuleAndSpec(m, &probe_spec, NULL);
+    if (st->probe_type == NULL) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(m, "Probe", st->probe_type);
+}
+
+static int test_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    test_module_state *st = (test_module_state *)PyModule_GetState(m);
+    Py_VISIT(st->probe_type);
+    return 0;
+}
+
+static int test_clear(PyObject *m)
+{
+    test_module_state *st = (test_module_state *)PyModule_GetState(m);
+    Py_CLEAR(st->probe_type);
+    return 0;
+}
+
+static PyModuleDef_Slot test_slots[] = {
+    {Py_mod_exec, (void *)test_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL}};
+
+static struct PyModuleDef test_module = {
+    PyModuleDef_HEAD_INIT, "_pyfini_test", "pyfini test helpers", sizeof(test_module_state),
+    test_methods, test_slots, test_traverse, test_clear, NULL};
+
+static PyObject *PyInit__pyfini_test(void) { return PyModuleDef_Init(&test_module); }
+
+/* ---------------- interpreter helpers ------------------------------------ */
+
+/* Py_Initialize with the test module; isolated from the user's environment. */
+static inline void harness_init(void)
+{
+    PyImport_AppendInittab("_pyfini_test", PyInit__pyfini_test);
+    PyConfig config;
+    PyConfig_InitIsolatedConfig(&config);
+    config.install_signal_handlers = 0;
+    PyStatus st = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    ck_assert_msg(!PyStatus_Exception(st), "Py_InitializeFromConfig failed: %s",
+                  st.err_msg ? st.err_msg : "?");
+}
+
+static inline void run(const char *code)
+{
+    int rc = PyRun_SimpleString(code);
+    ck_assert_msg(rc == 0, "Python code failed:\n%s", code);
+}
+
+enum { SUB_LEGACY = 0, SUB_ISOLATED = 1 };
+
+/* A new sub-interpreter (its thread state becomes current), or NULL if the
+   kind does not exist on this CPython. */
+static PyThreadState *new_sub(int kind)
+{
+    if (kind == SUB_LEGACY) {
+        PyThreadState *ts = Py_NewInterpreter();
+        ck_assert_ptr_nonnull(ts);
+        return ts;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyInterpreterConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.use_main_obmalloc = 0;
+    cfg.allow_fork = 0;
+    cfg.allow_exec = 0;
+    cfg.allow_threads = 1;
+    cfg.allow_daemon_threads = 0;
+    cfg.check_multi_interp_extensions = 1;
+    cfg.gil = PyInterpreterConfig_OWN_GIL;
+    PyThreadState *ts = NULL;
+    PyStatus st = Py_NewInterpreterFromConfig(&ts, &cfg);
+    ck_assert_msg(!PyStatus_Exception(st), "Py_NewInterpreterFromConfig failed: %s",
+                  st.err_msg ? st.err_msg : "?");
+    return ts;
+#else
+    return NULL;
+#endif
+}
+
+static inline const char *py_version(void) { return PY_VERSION; }
+
+/* Print a skip note: Check has no "skipped" state, so the test passes and
+   says so on stdout (collected into the summary). */
+#define SKIP_TEST(why)                                                        \
+    do {                                                                      \
+        printf("SKIP %s on CPython %s: %s\n", __func__, py_version(), why);   \
+        fflush(stdout);                                                       \
+        return;                                                               \
+    } while (0)
+
+/* Run a Check suite in fork mode; exit status for CTest. */
+static inline int run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK);
+    printf("CPython %s (%s)\n", PY_VERSION,
+#ifdef Py_DEBUG
+           "debug build"
+#else
+           "release build"
+#endif
+    );
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
+
+#endif /* PYFINI_TEST_HARNESS_H */
