@@ -149,6 +149,8 @@ typedef int (*pyfini_callback)(void *arg);
      registered several times and then runs as often.
    - arg: passed as is; ownership stays with the caller. No count limit.
    - A callback may register callbacks for LATER phases.
+   - The first call in an interpreter makes its registry and imports
+     `threading` there (to see where PRE_SHUTDOWN ends).
    Returns 0 on success. On failure returns -1 and registers nothing:
    - func NULL: TypeError.
    - phase not one of the four: ValueError.
@@ -180,8 +182,7 @@ PYFINI_FUNC int pyfini_atexit_cancel(pyfini_callback func, void *arg, pyfini_pha
 
 /* The phase the CURRENT interpreter is in: PYFINI_RUNNING (0) while none has
    begun, else the latest phase that has begun (PRE_SHUTDOWN, USER,
-   POST_SHUTDOWN). The first call in an interpreter sets up its registry
-   (which imports `threading` there). Returns -1 with no thread state (no
+   POST_SHUTDOWN). The first call in an interpreter sets up its registry. Returns -1 with no thread state (no
    exception) or with an exception set on failure, and -1 with RuntimeError
    in an interpreter past its state-dict clear that pyfini never saw. */
 PYFINI_FUNC int pyfini_current_phase(void);
@@ -985,18 +986,18 @@ static inline pyfini__registry *pyfini__registry_check(PyObject *cap, const char
 }
 
 /* Install the threading hook that marks the end of PRE_SHUTDOWN (and so
-   lets the USER phase's start be seen), but only once `threading` has been
-   imported by someone: importing it here could happen under a temporary or
-   foreign thread state and would make threading._main_thread wrong (its
-   _shutdown() then fails "assert tlock.locked()"). Retried on later calls. */
+   lets the start of the USER phase be seen). This imports `threading` in the
+   interpreter (wait_for_thread_shutdown() then calls threading._shutdown()).
+   Never under pyfini's temporary thread state of the main interpreter: a
+   threading module first imported there would bind threading._main_thread
+   to a thread state that is deleted at once, and its _shutdown() would fail
+   "assert tlock.locked()" (seen on 3.12.1). Retried on later calls. */
 static inline void pyfini__install_sentinel(pyfini__registry *reg)
 {
     if (reg->sentinel_installed || reg->phase != PYFINI_RUNNING) {
         return;
     }
-    PyObject *name = PyUnicode_FromString("threading");
-    PyObject *threading = name ? PyImport_GetModule(name) : NULL;   /* new ref or NULL */
-    Py_XDECREF(name);
+    PyObject *threading = PyImport_ImportModule("threading");
     if (threading == NULL) {
         PyErr_Clear();
         return;

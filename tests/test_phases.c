@@ -46,11 +46,20 @@ static void run_order_code(const char *prefix)
     EV_ORDER(P " PRE b", P " threading-atexit", P " PRE a", P " USER b",            \
              P " py-atexit 2", P " USER a", P " py-atexit 1", P " POST b", P " POST a")
 
+/* nothing on stderr: no report from threading, atexit or pyfini */
+static void expect_quiet(char *err)
+{
+    ck_assert_msg(err[0] == '\0', "unexpected stderr:\n%s", err);
+    free(err);
+}
+
 START_TEST(test_order_main)
 {
+    stderr_capture_begin();
     harness_init();
     run_order_code("main");
     ck_assert_int_eq(Py_FinalizeEx(), 0);
+    expect_quiet(stderr_capture_end());
     CHECK_INTERP_ORDER("main");
     EV_ORDER("main POST a", "main RUNTIME b", "main RUNTIME a");
     ck_assert_int_eq(ev_count("main USER a"), 1);
@@ -59,6 +68,7 @@ END_TEST
 
 static void order_in_sub(int kind, const char *P)
 {
+    stderr_capture_begin();
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
     PyThreadState *sub = new_sub(kind);
@@ -69,6 +79,7 @@ static void order_in_sub(int kind, const char *P)
     PyThreadState_Swap(main_ts);
     ck_assert_int_eq(Py_FinalizeEx(), 0);
     ev_add("finalized");
+    expect_quiet(stderr_capture_end());
     EV_ORDER("ending", "sub PRE b", "sub POST a", "ended");
     CHECK_INTERP_ORDER("sub");
     /* RUNTIME_SHUTDOWN is process-wide: after the main interpreter is gone */
@@ -315,6 +326,30 @@ START_TEST(test_register_later_phases_from_callbacks)
 }
 END_TEST
 
+/* ---- a USER registration while atexit runs is refused, never lost -------- */
+
+START_TEST(test_user_registration_during_atexit)
+{
+    harness_init();
+    run("import atexit, _pyfini_test as t\n"
+        "def late():\n"
+        "    try:\n"
+        "        t.register(2, 'late USER')\n"
+        "        t.record('accepted')\n"
+        "    except RuntimeError as e:\n"
+        "        t.record('refused: ' + str(e).split(':')[0])\n"
+        "atexit.register(late)\n"          /* the oldest: runs last */
+        "t.register(3, 'POST')\n");
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+    if (ev_count("accepted") == 1) {
+        EV_ORDER("accepted", "late USER", "POST");
+    } else {
+        ck_assert_msg(ev_count("refused: pyfini") == 1, "%s", ev_text());
+        ck_assert_int_eq(ev_count("late USER"), 0);
+    }
+}
+END_TEST
+
 /* ---- repeated Py_Initialize / Py_FinalizeEx (4 loops, as _testembed) ----- */
 
 START_TEST(test_init_fini_loops)
@@ -357,6 +392,7 @@ static Suite *phases_suite(void)
     tcase_add_test(tc, test_thousand_per_phase_one_atexit_slot);
     tcase_add_test(tc, test_register_later_phases_from_callbacks);
     tcase_add_test(tc, test_init_fini_loops);
+    tcase_add_test(tc, test_user_registration_during_atexit);
     suite_add_tcase(s, tc);
     return s;
 }
