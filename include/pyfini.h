@@ -74,6 +74,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dlfcn.h>
+#include <time.h>
 
 #define PYFINI_VERSION_MAJOR 0
 #define PYFINI_VERSION_MINOR 1
@@ -196,6 +197,72 @@ PYFINI_FUNC const char *pyfini_phase_name(int phase);
    yet. No thread state needed. */
 PYFINI_FUNC const char *pyfini_last_error(void);
 
+/* ---- per-interpreter state ------------------------------------------------
+
+   A block of memory per interpreter and per name, for a binding library's
+   "internals": created race-free on first use, found in O(1) through a
+   per-thread cache, and freed at POST_SHUTDOWN - after the interpreter's last
+   garbage collection, so that objects collected by it may still use it from
+   tp_traverse/tp_clear/tp_dealloc (the case that made pybind11 revert freeing
+   its internals in a state-dict capsule destructor). */
+typedef struct pyfini_state_def {
+    /* Unique key, e.g. "mylib.internals.v3"; the same name means the same
+       state, also across copies of pyfini.h. NUL-terminated; copied. */
+    const char *name;
+    /* Bytes, zero-filled; aligned like malloc(). 0 is allowed with an init. */
+    size_t size;
+    /* Optional. Runs once, with an attached thread state (it may release the
+       GIL: other threads asking for the same state wait, with the GIL
+       released). Return 0, or -1 with an exception set: the state is then
+       discarded and the exception propagates. */
+    int (*init)(void *state);
+    /* Optional. Runs at POST_SHUTDOWN, after the POST_SHUTDOWN callbacks, in
+       the reverse order of creation; may Py_DECREF what the state owns (no
+       Python code). During it, lookups of this state return the same
+       pointer. Then the memory is freed - unless a tracked object leaked. */
+    void (*clear)(void *state);
+} pyfini_state_def;
+
+/* The state `def` of the CURRENT interpreter; created (zero-filled, then
+   def->init) on first use. Thread state: attached. Borrowed: valid until the
+   interpreter's POST_SHUTDOWN (do not keep it across interpreters).
+   Fast path: a per-thread (interpreter, interpreter ID) cache, no lock.
+   NULL with an exception on failure: TypeError (def or def->name NULL),
+   ValueError (size 0 without init; the name already used with another size),
+   MemoryError, RuntimeError (called again from its own init; the state was
+   already freed, or the interpreter is too far in its finalization to create
+   one: it is never re-created), or what init raised. No thread state: NULL,
+   no exception, pyfini_last_error() says why. CPython 3.11-3.15. */
+PYFINI_FUNC void *pyfini_state(const pyfini_state_def *def);
+
+/* Like pyfini_state, but never creates: NULL WITHOUT an exception if the
+   state does not exist (yet, or any more) in the current interpreter; NULL
+   with an exception only for a bad def. Safe from tp_traverse/tp_clear. */
+PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def);
+
+/* Report `obj` if it is still alive at POST_SHUTDOWN (after the state's
+   clear): a leak. The state must exist. Holds only a weak reference: obj's
+   type must support weak references (heap types and most classes do), else
+   TypeError. 0, or -1 with an exception (RuntimeError if the state does not
+   exist or is being cleared).
+   At POST_SHUTDOWN, once every state's clear has run and no tracked
+   non-type object is alive, pyfini breaks the reference cycles of tracked
+   heap types that are still alive (a heap type is in a cycle with its own
+   tp_mro and cannot die after the last GC; nanobind does the same for its
+   types) so that they are freed. Then, for each state with tracked objects
+   still alive, one report on stderr (unless warnings are off):
+       pyfini: leak in interpreter 3, state "mylib.internals.v3": 2 tracked objects still alive at POST_SHUTDOWN
+       pyfini:  - mylib.Node object at 0x7f.., reference count 2
+       ...  (at most 20, then "pyfini:  - ... and N more")
+       pyfini: state "mylib.internals.v3" is not freed: leaked objects may still use it ...
+   Environment: PYFINI_LEAK_WARNINGS=0 silences reports, PYFINI_ABORT_ON_LEAK=1
+   aborts after the report (for CI). */
+PYFINI_FUNC int pyfini_track(const pyfini_state_def *def, PyObject *obj);
+
+/* Turn leak reports of one state on (1) or off (0) in the current
+   interpreter. Returns the previous setting, or -1 with an exception. */
+PYFINI_FUNC int pyfini_state_leak_warnings(const pyfini_state_def *def, int enabled);
+
 /* ------------------------------------------------------------------------ */
 /* Everything below here is implementation details.                         */
 /* The structures are shared by every copy of pyfini.h in the process:      */
@@ -264,8 +331,39 @@ typedef struct pyfini__registry {
        every copy agrees on the semantics. Called with the GIL held. */
     int (*add)(struct pyfini__registry *reg, pyfini_callback func, void *arg, int phase);
     int (*cancel)(struct pyfini__registry *reg, pyfini_callback func, void *arg, int phase);
+    /* per-interpreter states (pyfini_state): hash buckets by name, and the
+       creator's operations. mode: 0 find, 1 get-or-create. */
+    struct pyfini__state_rec *state_buckets[64];
+    struct pyfini__state_rec *state_newest;      /* creation order, newest first */
+    void *(*state_get)(struct pyfini__registry *reg, const pyfini_state_def *def, int mode,
+                       uint64_t *caller_epoch, int *cacheable);
+    int (*state_track)(struct pyfini__registry *reg, const pyfini_state_def *def, PyObject *obj);
+    int (*state_warnings)(struct pyfini__registry *reg, const pyfini_state_def *def, int enabled);
+    /* the per-copy cache epochs to bump when states of this interpreter are
+       freed (each copy that cached one of them added its counter) */
+    uint64_t **epochs;
+    size_t nepochs, cap_epochs;
     void *reserved[8];
 } pyfini__registry;
+
+/* One state. */
+typedef struct pyfini__state_rec {
+    struct pyfini__state_rec *next;      /* in its hash bucket */
+    struct pyfini__state_rec *older;     /* creation order */
+    char *name;
+    size_t size;
+    void *data;
+    void (*clear)(void *state);
+    int status;                          /* PYFINI__STATE_... */
+    int leak_warnings;
+    unsigned long init_thread;           /* PyThread_get_thread_ident() of the initializer */
+    PyObject **tracked;                  /* weak references */
+    size_t ntracked, cap_tracked;
+    void *reserved[4];
+} pyfini__state_rec;
+
+enum { PYFINI__STATE_INIT = 1, PYFINI__STATE_ALIVE = 2, PYFINI__STATE_CLEARING = 3,
+       PYFINI__STATE_DEAD = 4 };
 
 /* -------- private per-copy state (static: one per translation unit) ------ */
 
@@ -274,6 +372,20 @@ PYFINI__UNUSED static PYFINI_THREAD_LOCAL char pyfini__error_buf[256];
 /* 1 while this thread runs under a temporary thread state of the main
    interpreter (see pyfini__in_main). */
 PYFINI__UNUSED static PYFINI_THREAD_LOCAL int pyfini__in_temporary_tstate = 0;
+/* The per-thread state cache of this copy, and its epoch: any copy that
+   frees states of an interpreter this copy cached bumps it (atomically). */
+#define PYFINI__CACHE_SLOTS 4
+typedef struct pyfini__cache_slot {
+    PyInterpreterState *interp;
+    int64_t interp_id;
+    uint64_t epoch;
+    const pyfini_state_def *def;
+    void *data;
+} pyfini__cache_slot;
+PYFINI__UNUSED static PYFINI_THREAD_LOCAL pyfini__cache_slot pyfini__cache[PYFINI__CACHE_SLOTS];
+PYFINI__UNUSED static PYFINI_THREAD_LOCAL unsigned pyfini__cache_next = 0;
+PYFINI__UNUSED static uint64_t pyfini__epoch = 1;
+
 /* The root whose Py_AtExit slot this copy registered (at most one copy). */
 PYFINI__UNUSED static pyfini__root *pyfini__atexit_root = NULL;
 /* The root whose RUNTIME_SHUTDOWN callbacks this copy is running now. */
@@ -673,8 +785,11 @@ static inline void pyfini__free_registry(pyfini__registry *reg)
         PYFINI_FREE(reg->root);
     }
     reg->root = NULL;
+    PYFINI_FREE(reg->epochs);
     PYFINI_FREE(reg);
 }
+
+static inline int pyfini__states_finalize(pyfini__registry *reg);
 
 static inline void pyfini__run_post(pyfini__registry *reg)
 {
@@ -693,6 +808,7 @@ static inline void pyfini__run_post(pyfini__registry *reg)
         pyfini__call_with_gil(e, reg->interp_id);
         PYFINI_FREE(e);
     }
+    pyfini__states_finalize(reg);
     builtins = pyfini__builtins();
     if (builtins != NULL && PyDict_DelItemString(builtins, PYFINI_REGISTRY_KEY) < 0) {
         PyErr_Clear();
@@ -772,6 +888,12 @@ PYFINI__UNUSED static void pyfini__registry_capsule_destructor_impl(PyObject *ca
 
 static inline pyfini__registry *pyfini__registry_get(int create);
 static inline void pyfini__install_sentinel(pyfini__registry *reg);
+static void *pyfini__state_get_impl(pyfini__registry *reg, const pyfini_state_def *def, int mode,
+                                    uint64_t *caller_epoch, int *cacheable);
+static int pyfini__state_track_impl(pyfini__registry *reg, const pyfini_state_def *def,
+                                    PyObject *obj);
+static int pyfini__state_warnings_impl(pyfini__registry *reg, const pyfini_state_def *def,
+                                       int enabled);
 
 /* Run fn with the MAIN interpreter's GIL held, from a sub-interpreter: a
    temporary thread state of the main interpreter is attached
@@ -1096,6 +1218,9 @@ static inline pyfini__registry *pyfini__registry_get(int create)
     reg->interp_id = PyInterpreterState_GetID(interp);
     reg->add = pyfini__registry_add;
     reg->cancel = pyfini__registry_cancel;
+    reg->state_get = pyfini__state_get_impl;
+    reg->state_track = pyfini__state_track_impl;
+    reg->state_warnings = pyfini__state_warnings_impl;
     if (root != NULL) {
         root->abi_version = PYFINI_ABI_VERSION;
         root->struct_size = (uint32_t)sizeof(pyfini__root);
@@ -1128,6 +1253,482 @@ static inline pyfini__registry *pyfini__registry_get(int create)
         pyfini__install_sentinel(reg);
     }
     return reg;
+}
+
+
+/* ---------------- per-interpreter state (pyfini_state) ------------------- */
+
+static inline size_t pyfini__hash_name(const char *s)
+{
+    size_t h = 1469598103934665603u;   /* FNV-1a */
+    for (; *s; s++) {
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    }
+    return h;
+}
+
+static inline pyfini__state_rec *pyfini__state_lookup(pyfini__registry *reg, const char *name)
+{
+    pyfini__state_rec *r = reg->state_buckets[pyfini__hash_name(name) % 64];
+    for (; r != NULL; r = r->next) {
+        if (strcmp(r->name, name) == 0) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static inline void pyfini__state_unlink(pyfini__registry *reg, pyfini__state_rec *rec)
+{
+    pyfini__state_rec **pp = &reg->state_buckets[pyfini__hash_name(rec->name) % 64];
+    while (*pp != NULL && *pp != rec) {
+        pp = &(*pp)->next;
+    }
+    if (*pp == rec) {
+        *pp = rec->next;
+    }
+    pp = &reg->state_newest;
+    while (*pp != NULL && *pp != rec) {
+        pp = &(*pp)->older;
+    }
+    if (*pp == rec) {
+        *pp = rec->older;
+    }
+}
+
+/* Free a record; data too unless keep_data. Drops the weak references. */
+static inline void pyfini__state_free(pyfini__state_rec *rec, int keep_data)
+{
+    for (size_t i = 0; i < rec->ntracked; i++) {
+        Py_XDECREF(rec->tracked[i]);
+    }
+    PYFINI_FREE(rec->tracked);
+    if (!keep_data) {
+        PYFINI_FREE(rec->data);
+    }
+    PYFINI_FREE(rec->name);
+    PYFINI_FREE(rec);
+}
+
+static inline void pyfini__epochs_bump(pyfini__registry *reg)
+{
+    for (size_t i = 0; i < reg->nepochs; i++) {
+        __atomic_add_fetch(reg->epochs[i], 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+/* Remember a copy's epoch counter; 0, or -1 (not remembered: don't cache). */
+static inline int pyfini__epochs_add(pyfini__registry *reg, uint64_t *epoch)
+{
+    for (size_t i = 0; i < reg->nepochs; i++) {
+        if (reg->epochs[i] == epoch) {
+            return 0;
+        }
+    }
+    if (reg->nepochs == reg->cap_epochs) {
+        size_t cap = reg->cap_epochs ? 2 * reg->cap_epochs : 4;
+        uint64_t **a = PYFINI_CAST(uint64_t **, PYFINI_CALLOC(cap, sizeof(uint64_t *)));
+        if (a == NULL) {
+            return -1;
+        }
+        if (reg->nepochs) {
+            memcpy(a, reg->epochs, reg->nepochs * sizeof(uint64_t *));
+        }
+        PYFINI_FREE(reg->epochs);
+        reg->epochs = a;
+        reg->cap_epochs = cap;
+    }
+    reg->epochs[reg->nepochs++] = epoch;
+    return 0;
+}
+
+static void *pyfini__state_get_impl(pyfini__registry *reg, const pyfini_state_def *def, int mode,
+                                    uint64_t *caller_epoch, int *cacheable)
+{
+    char msg[200];
+    *cacheable = 0;
+    for (;;) {
+        pyfini__state_rec *rec = pyfini__state_lookup(reg, def->name);
+        if (rec != NULL) {
+            if (rec->size != def->size) {
+                snprintf(msg, sizeof msg, "state \"%.80s\" exists with size %zu, not %zu",
+                         def->name, rec->size, def->size);
+                pyfini__fail(PyExc_ValueError, msg);
+                return NULL;
+            }
+            switch (rec->status) {
+            case PYFINI__STATE_ALIVE:
+                *cacheable = caller_epoch != NULL && pyfini__epochs_add(reg, caller_epoch) == 0;
+                return rec->data;
+            case PYFINI__STATE_CLEARING:
+                return rec->data;
+            case PYFINI__STATE_INIT:
+                if (rec->init_thread == PyThread_get_thread_ident()) {
+                    if (mode == 0) {
+                        return rec->data;   /* from its own init: partly made */
+                    }
+                    snprintf(msg, sizeof msg, "state \"%.80s\" asked for again from its own init",
+                             def->name);
+                    pyfini__fail(PyExc_RuntimeError, msg);
+                    return NULL;
+                }
+                if (mode == 0) {
+                    return NULL;            /* never wait (tp_traverse may call find) */
+                }
+                /* another thread runs init with the GIL released: wait */
+                Py_BEGIN_ALLOW_THREADS
+                struct timespec ts = {0, 100000};
+                nanosleep(&ts, NULL);
+                Py_END_ALLOW_THREADS
+                continue;
+            default:   /* DEAD */
+                if (mode == 0) {
+                    return NULL;
+                }
+                snprintf(msg, sizeof msg, "state \"%.80s\" of interpreter %lld was freed at "
+                         "POST_SHUTDOWN; it is never re-created", def->name,
+                         (long long)reg->interp_id);
+                pyfini__fail(PyExc_RuntimeError, msg);
+                return NULL;
+            }
+        }
+        if (mode == 0) {
+            return NULL;
+        }
+        if (reg->phase >= PYFINI_POST_SHUTDOWN) {
+            snprintf(msg, sizeof msg, "state \"%.80s\" cannot be created in interpreter %lld: "
+                     "POST_SHUTDOWN has begun", def->name, (long long)reg->interp_id);
+            pyfini__fail(PyExc_RuntimeError, msg);
+            return NULL;
+        }
+        rec = PYFINI_CAST(pyfini__state_rec *, PYFINI_CALLOC(1, sizeof(pyfini__state_rec)));
+        size_t nlen = strlen(def->name);
+        char *name = rec ? PYFINI_CAST(char *, PYFINI_CALLOC(1, nlen + 1)) : NULL;
+        void *data = name ? PYFINI_CALLOC(1, def->size ? def->size : 1) : NULL;
+        if (data == NULL) {
+            if (rec) {
+                PYFINI_FREE(name);
+                PYFINI_FREE(rec);
+            }
+            pyfini__fail(NULL, "out of memory");
+            PyErr_NoMemory();
+            return NULL;
+        }
+        memcpy(name, def->name, nlen);
+        rec->name = name;
+        rec->size = def->size;
+        rec->data = data;
+        rec->clear = def->clear;
+        rec->leak_warnings = 1;
+        rec->status = def->init ? PYFINI__STATE_INIT : PYFINI__STATE_ALIVE;
+        rec->init_thread = PyThread_get_thread_ident();
+        /* published before init runs: other threads find it and wait */
+        size_t b = pyfini__hash_name(name) % 64;
+        rec->next = reg->state_buckets[b];
+        reg->state_buckets[b] = rec;
+        rec->older = reg->state_newest;
+        reg->state_newest = rec;
+        if (def->init != NULL) {
+            int rc = def->init(data);
+            if (rc != 0 || PyErr_Occurred()) {
+                if (!PyErr_Occurred()) {
+                    snprintf(msg, sizeof msg, "init of state \"%.80s\" failed without an exception",
+                             def->name);
+                    PyErr_SetString(PyExc_SystemError, msg);
+                }
+                pyfini__fail_from_exception("state init failed");
+                pyfini__state_unlink(reg, rec);
+                pyfini__state_free(rec, 0);
+                return NULL;
+            }
+            rec->status = PYFINI__STATE_ALIVE;
+        }
+        *cacheable = caller_epoch != NULL && pyfini__epochs_add(reg, caller_epoch) == 0;
+        return data;
+    }
+}
+
+static int pyfini__state_track_impl(pyfini__registry *reg, const pyfini_state_def *def,
+                                    PyObject *obj)
+{
+    pyfini__state_rec *rec = pyfini__state_lookup(reg, def->name);
+    if (rec == NULL || (rec->status != PYFINI__STATE_ALIVE && rec->status != PYFINI__STATE_INIT)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "pyfini_track: state \"%.80s\" %s", def->name,
+                 rec == NULL ? "does not exist in this interpreter" : "is being cleared or freed");
+        return pyfini__fail(PyExc_RuntimeError, msg);
+    }
+    PyObject *wr = PyWeakref_NewRef(obj, NULL);
+    if (wr == NULL) {
+        return pyfini__fail_from_exception("pyfini_track");
+    }
+    if (rec->ntracked == rec->cap_tracked) {
+        size_t cap = rec->cap_tracked ? 2 * rec->cap_tracked : 16;
+        PyObject **a = PYFINI_CAST(PyObject **, PYFINI_CALLOC(cap, sizeof(PyObject *)));
+        if (a == NULL) {
+            Py_DECREF(wr);
+            pyfini__fail(NULL, "out of memory");
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (rec->ntracked) {
+            memcpy(a, rec->tracked, rec->ntracked * sizeof(PyObject *));
+        }
+        PYFINI_FREE(rec->tracked);
+        rec->tracked = a;
+        rec->cap_tracked = cap;
+    }
+    rec->tracked[rec->ntracked++] = wr;
+    return 0;
+}
+
+static int pyfini__state_warnings_impl(pyfini__registry *reg, const pyfini_state_def *def,
+                                       int enabled)
+{
+    pyfini__state_rec *rec = pyfini__state_lookup(reg, def->name);
+    if (rec == NULL) {
+        return pyfini__fail(PyExc_RuntimeError, "pyfini_state_leak_warnings: no such state in "
+                                                "this interpreter");
+    }
+    int prev = rec->leak_warnings;
+    rec->leak_warnings = enabled != 0;
+    return prev;
+}
+
+/* The referent of a weak reference (new reference), or NULL if it died. */
+static inline PyObject *pyfini__weakref_get(PyObject *wr)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(wr, &o) < 0) {   /* gh-105927: 3.13 */
+        PyErr_Clear();
+        return NULL;
+    }
+    return o;
+#else
+    PyObject *o = PyWeakref_GetObject(wr);
+    if (o == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return o == Py_None ? NULL : Py_NewRef(o);
+#endif
+}
+
+static inline int pyfini__env_is(const char *name, const char *value)
+{
+    const char *v = getenv(name);
+    return v != NULL && strcmp(v, value) == 0;
+}
+
+static inline size_t pyfini__state_report(pyfini__registry *reg, pyfini__state_rec *rec)
+{
+    size_t alive = 0;
+    int quiet = !rec->leak_warnings || pyfini__env_is("PYFINI_LEAK_WARNINGS", "0");
+    for (size_t i = 0; i < rec->ntracked; i++) {
+        PyObject *o = pyfini__weakref_get(rec->tracked[i]);
+        if (o == NULL) {
+            continue;
+        }
+        if (alive == 0 && !quiet) {
+            size_t total = 0;
+            for (size_t j = i; j < rec->ntracked; j++) {
+                PyObject *p = pyfini__weakref_get(rec->tracked[j]);
+                total += p != NULL;
+                Py_XDECREF(p);
+            }
+            fprintf(stderr, "pyfini: leak in interpreter %lld, state \"%s\": %zu tracked object%s "
+                            "still alive at POST_SHUTDOWN\n",
+                    (long long)reg->interp_id, rec->name, total, total == 1 ? "" : "s");
+        }
+        alive++;
+        if (!quiet && alive <= 20) {
+            fprintf(stderr, "pyfini:  - %s object at %p, reference count %zd\n",
+                    Py_TYPE(o)->tp_name, PYFINI_CAST(void *, o), (Py_ssize_t)(Py_REFCNT(o) - 1));
+        }
+        Py_DECREF(o);
+    }
+    if (alive > 0 && !quiet) {
+        if (alive > 20) {
+            fprintf(stderr, "pyfini:  - ... and %zu more\n", alive - 20);
+        }
+        fprintf(stderr, "pyfini: state \"%s\" is not freed: leaked objects may still use it "
+                        "(likely cause: a missing Py_DECREF, or a reference cycle through a C "
+                        "object without tp_traverse)\n", rec->name);
+        fflush(stderr);
+    }
+    return alive;
+}
+
+/* POST_SHUTDOWN, after the callbacks: clear every state (newest first),
+   break the cycles of tracked heap types, report leaks, free. Returns the
+   number of states kept because of leaks. */
+static inline int pyfini__states_finalize(pyfini__registry *reg)
+{
+    if (reg->state_newest == NULL) {
+        pyfini__epochs_bump(reg);
+        return 0;
+    }
+    for (pyfini__state_rec *r = reg->state_newest; r != NULL; r = r->older) {
+        if (r->status != PYFINI__STATE_ALIVE) {
+            continue;
+        }
+        r->status = PYFINI__STATE_CLEARING;
+        if (r->clear != NULL) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            r->clear(r->data);
+            if (PyErr_Occurred()) {
+                fprintf(stderr, "pyfini: clear of state \"%s\" in interpreter %lld left an "
+                                "exception set; cleared\n", r->name, (long long)reg->interp_id);
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, value, tb);
+        }
+    }
+    /* Heap types cannot die after the last GC (tp_mro holds the type):
+       once no tracked instance is alive, break the cycles of tracked types. */
+    int instance_alive = 0;
+    for (pyfini__state_rec *r = reg->state_newest; r != NULL && !instance_alive; r = r->older) {
+        for (size_t i = 0; i < r->ntracked && !instance_alive; i++) {
+            PyObject *o = pyfini__weakref_get(r->tracked[i]);
+            instance_alive = o != NULL && !PyType_Check(o);
+            Py_XDECREF(o);
+        }
+    }
+    if (!instance_alive) {
+        for (pyfini__state_rec *r = reg->state_newest; r != NULL; r = r->older) {
+            for (size_t i = 0; i < r->ntracked; i++) {
+                PyObject *o = pyfini__weakref_get(r->tracked[i]);
+                if (o != NULL && PyType_Check(o) &&
+                    PyType_HasFeature(PYFINI_CAST(PyTypeObject *, o), Py_TPFLAGS_HEAPTYPE) &&
+                    Py_TYPE(o)->tp_clear != NULL) {
+                    Py_TYPE(o)->tp_clear(o);
+                }
+                Py_XDECREF(o);
+            }
+        }
+    }
+    int kept = 0;
+    int abort_on_leak = pyfini__env_is("PYFINI_ABORT_ON_LEAK", "1");
+    /* every copy's cached pointers become invalid before anything is freed */
+    pyfini__epochs_bump(reg);
+    while (reg->state_newest != NULL) {
+        pyfini__state_rec *r = reg->state_newest;
+        size_t leaked = pyfini__state_report(reg, r);
+        r->status = PYFINI__STATE_DEAD;
+        pyfini__state_unlink(reg, r);
+        pyfini__state_free(r, leaked > 0);
+        kept += leaked > 0;
+    }
+    if (kept > 0 && abort_on_leak) {
+        fprintf(stderr, "pyfini: PYFINI_ABORT_ON_LEAK=1: aborting\n");
+        fflush(stderr);
+        abort();
+    }
+    return kept;
+}
+
+/* Validate a def; 0 or -1 with an exception. */
+static inline int pyfini__def_check(const pyfini_state_def *def)
+{
+    if (def == NULL || def->name == NULL) {
+        return pyfini__fail(PyExc_TypeError, def == NULL ? "pyfini_state_def is NULL"
+                                                         : "pyfini_state_def.name is NULL");
+    }
+    if (def->size == 0 && def->init == NULL) {
+        return pyfini__fail(PyExc_ValueError, "pyfini_state_def with size 0 needs an init");
+    }
+    return 0;
+}
+
+static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
+{
+    PyThreadState *ts = pyfini__tstate();
+    if (ts == NULL) {
+        pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first");
+        return NULL;
+    }
+    /* fast path: this thread's cache, no lock */
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(ts);
+    uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
+        pyfini__cache_slot *c = &pyfini__cache[i];
+        if (c->def == def && c->interp == interp && c->epoch == epoch && def != NULL &&
+            c->interp_id == PyInterpreterState_GetID(interp)) {
+            return c->data;
+        }
+    }
+    if (pyfini__def_check(def) < 0) {
+        return NULL;
+    }
+    pyfini__registry *reg = pyfini__registry_get(mode);
+    if (reg == NULL) {
+        return NULL;   /* find: no registry, no exception; get: exception set */
+    }
+    if (reg->state_get == NULL) {
+        pyfini__fail(PyExc_RuntimeError, "the interpreter's pyfini registry has no states");
+        return NULL;
+    }
+    int cacheable = 0;
+    void *data = reg->state_get(reg, def, mode, &pyfini__epoch, &cacheable);
+    if (data != NULL && cacheable) {
+        pyfini__cache_slot *c = &pyfini__cache[pyfini__cache_next++ % PYFINI__CACHE_SLOTS];
+        c->interp = interp;
+        c->interp_id = PyInterpreterState_GetID(interp);
+        c->epoch = epoch;
+        c->def = def;
+        c->data = data;
+    }
+    return data;
+}
+
+PYFINI_FUNC void *pyfini_state(const pyfini_state_def *def) { return pyfini__state_access(def, 1); }
+
+PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def)
+{
+    return pyfini__state_access(def, 0);
+}
+
+PYFINI_FUNC int pyfini_track(const pyfini_state_def *def, PyObject *obj)
+{
+    if (pyfini__tstate() == NULL) {
+        return pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first");
+    }
+    if (pyfini__def_check(def) < 0) {
+        return -1;
+    }
+    if (obj == NULL) {
+        return pyfini__fail(PyExc_TypeError, "pyfini_track: obj is NULL");
+    }
+    pyfini__registry *reg = pyfini__registry_get(0);
+    if (reg == NULL) {
+        if (!PyErr_Occurred()) {
+            pyfini__fail(PyExc_RuntimeError, "pyfini_track: no pyfini state exists in this "
+                                             "interpreter");
+        }
+        return -1;
+    }
+    return reg->state_track(reg, def, obj);
+}
+
+PYFINI_FUNC int pyfini_state_leak_warnings(const pyfini_state_def *def, int enabled)
+{
+    if (pyfini__tstate() == NULL) {
+        return pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first");
+    }
+    if (pyfini__def_check(def) < 0) {
+        return -1;
+    }
+    pyfini__registry *reg = pyfini__registry_get(0);
+    if (reg == NULL) {
+        if (!PyErr_Occurred()) {
+            pyfini__fail(PyExc_RuntimeError, "pyfini_state_leak_warnings: no pyfini state "
+                                             "exists in this interpreter");
+        }
+        return -1;
+    }
+    return reg->state_warnings(reg, def, enabled);
 }
 
 static inline int pyfini__check_args(pyfini_callback func, int phase, PyThreadState **ts)
