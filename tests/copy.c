@@ -56,3 +56,19 @@ int NAME(watch_phase)(int phase)
 
 int NAME(seen_phase)(int phase);
 int NAME(seen_phase)(int phase) { return seen_phase[phase]; }
+
+/* the state "pyfini.test.shared" (64 bytes) as this copy sees it */
+static int copy_state_inits;
+static int copy_state_init(void *p)
+{
+    (void)p;
+    copy_state_inits++;
+    return 0;
+}
+static const pyfini_state_def copy_state_def = {"pyfini.test.shared", 64, copy_state_init, NULL};
+
+void *NAME(state)(void);
+void *NAME(state)(void) { return pyfini_state(&copy_state_def); }
+
+int NAME(state_inits)(void);
+int NAME(state_inits)(void) { return copy_state_inits; }

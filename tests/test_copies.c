@@ -21,6 +21,8 @@ typedef struct {
     pyfini_callback (*callback)(void);
     int (*watch_phase)(int);
     int (*seen_phase)(int);
+    void *(*state)(void);
+    int (*state_inits)(void);
 } copy_api;
 
 static void record_from(const char *copy, const char *t) { ev_add("%s:%s", copy, t); }
@@ -42,6 +44,8 @@ static copy_api load_copy(const char *name)
     LOAD(callback, "callback");
     LOAD(watch_phase, "watch_phase");
     LOAD(seen_phase, "seen_phase");
+    LOAD(state, "state");
+    LOAD(state_inits, "state_inits");
 #undef LOAD
     api.set_recorder(record_from);
     return api;
@@ -106,8 +110,8 @@ START_TEST(test_three_copies_share_one_registry)
     Py_EndInterpreter(sub);
     PyThreadState_Swap(main_ts);
     ev_add("sub ended");
-    /* one Py_AtExit slot for all three copies: the 32nd is still free
-       until now, and taken by nobody else */
+    /* one Py_AtExit slot for all three copies: 31 dummies + pyfini's one
+       fill CPython's 32 */
     ck_assert_int_eq(Py_AtExit(dummy_atexit), -1);
     ck_assert_int_eq(Py_FinalizeEx(), 0);
     check_interleaved("main");
@@ -150,6 +154,33 @@ START_TEST(test_phase_seen_by_every_copy)
 }
 END_TEST
 
+static const pyfini_state_def host_state_def = {"pyfini.test.shared", 64, NULL, NULL};
+
+START_TEST(test_same_state_from_every_copy)
+{
+    copy_api a = load_copy("a"), b = load_copy("b");
+    harness_init();
+    void *pa = a.state();
+    ck_assert_ptr_nonnull(pa);
+    ck_assert_ptr_eq(b.state(), pa);
+    ck_assert_ptr_eq(pyfini_state(&host_state_def), pa);
+    ck_assert_ptr_eq(pyfini_state_find(&host_state_def), pa);
+    ck_assert_int_eq(a.state_inits() + b.state_inits(), 1);
+    PyThreadState *main_ts = PyThreadState_Get();
+    PyThreadState *sub = new_sub(SUB_LEGACY);
+    void *sb = b.state();
+    ck_assert_ptr_ne(sb, pa);
+    ck_assert_ptr_eq(a.state(), sb);
+    ck_assert_int_eq(a.state_inits() + b.state_inits(), 2);
+    Py_EndInterpreter(sub);
+    PyThreadState_Swap(main_ts);
+    /* the caches of every copy dropped the ended interpreter's state */
+    ck_assert_ptr_eq(a.state(), pa);
+    ck_assert_ptr_eq(b.state(), pa);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+
 static Suite *copies_suite(void)
 {
     Suite *s = suite_create("copies");
@@ -158,6 +189,7 @@ static Suite *copies_suite(void)
     tcase_add_test(tc, test_three_copies_share_one_registry);
     tcase_add_test(tc, test_cancel_across_copies);
     tcase_add_test(tc, test_phase_seen_by_every_copy);
+    tcase_add_test(tc, test_same_state_from_every_copy);
     suite_add_tcase(s, tc);
     return s;
 }
