@@ -150,8 +150,9 @@ typedef int (*pyfini_callback)(void *arg);
      registered several times and then runs as often.
    - arg: passed as is; ownership stays with the caller. No count limit.
    - A callback may register callbacks for LATER phases.
-   - The first call in an interpreter makes its registry and imports
-     `threading` there (to see where PRE_SHUTDOWN ends).
+   - The first call in an interpreter makes its registry (a capsule in the
+     state dict and one in the builtins dict); PRE_SHUTDOWN imports
+     `threading` there, USER imports `atexit`.
    Returns 0 on success. On failure returns -1 and registers nothing:
    - func NULL: TypeError.
    - phase not one of the four: ValueError.
@@ -322,7 +323,10 @@ typedef struct pyfini__registry {
     int64_t interp_id;
     int published;                       /* 1 once stored in the state dict */
     int dict_cleared;                    /* the state dict has been cleared */
-    int sentinel_installed;              /* the end-of-PRE_SHUTDOWN hook is in threading */
+    int sentinel_installed;              /* phase markers in: 1 threading hook, 2 atexit tail */
+    int finder_armed;                    /* the builtins finder puts itself back when removed */
+    PyObject *builtins;                  /* borrowed: the interpreter's builtins dict */
+    int finder_replanting;
     int reserved0;
     pyfini__entry *heads[PYFINI__NPHASES];
     size_t counts[PYFINI__NPHASES];
@@ -417,6 +421,20 @@ static inline int pyfini__fail(PyObject *exc, const char *msg)
     return -1;
 }
 
+/* dict[key] = value with a key that is NOT interned: on 3.12/3.13 an
+   interned string made in an isolated sub-interpreter is never freed, so
+   PyDict_SetItemString (which interns) would lose bytes per interpreter. */
+static inline int pyfini__dict_set(PyObject *dict, const char *key, PyObject *value)
+{
+    PyObject *k = PyUnicode_FromString(key);
+    if (k == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(dict, k, value);
+    Py_DECREF(k);
+    return rc;
+}
+
 /* Record the exception already set as this thread's last error. */
 static inline int pyfini__fail_from_exception(const char *what)
 {
@@ -491,8 +509,10 @@ static inline void pyfini__report(int phase, int64_t interp_id, pyfini_callback 
 {
     Dl_info info;
     const char *sym = NULL, *obj = NULL;
+    void *addr;
     memset(&info, 0, sizeof info);
-    if (dladdr(PYFINI_CAST(void *, func), &info) != 0) {
+    memcpy(&addr, &func, sizeof addr);   /* a function pointer as data (no ISO C cast) */
+    if (dladdr(addr, &info) != 0) {
         sym = info.dli_sname;
         obj = info.dli_fname;
     }
@@ -504,7 +524,7 @@ static inline void pyfini__report(int phase, int64_t interp_id, pyfini_callback 
     }
     fprintf(stderr,
             "pyfini: callback %p (%s in %s) failed in phase %s of %s: %s%s%s\n",
-            PYFINI_CAST(void *, func), sym ? sym : "?", obj ? obj : "?",
+            addr, sym ? sym : "?", obj ? obj : "?",
             pyfini_phase_name(phase), where,
             exc_text ? "raised " : "returned ",
             exc_text ? exc_text : "",
@@ -638,21 +658,32 @@ PYFINI__UNUSED static void pyfini__entry_capsule_destructor_impl(PyObject *capsu
     }
     pyfini__registry *reg = e->registry;
     if (reg != NULL) {
-        /* A USER hook dropped without having run while the interpreter
-           finalizes was registered while atexit was already running
-           (CPython 3.12 drops such entries in atexit_cleanup()): run it now,
-           still inside the atexit step. */
-        if (e->state == PYFINI__PENDING && reg->phase >= PYFINI_PRE_SHUTDOWN) {
-            e->state = PYFINI__RAN;
-            pyfini__set_phase(reg, e->phase);
-            pyfini__call_with_gil(e, reg->interp_id);
+        if (e->state == PYFINI__PENDING) {
+            /* threading or atexit dropped a callback without calling it */
+            if (e->phase == PYFINI_USER && reg->phase >= PYFINI_PRE_SHUTDOWN &&
+                pyfini__state_dict_usable()) {
+                /* a USER registration made while atexit was running, which
+                   CPython 3.11-3.13 drop in atexit_cleanup(): run it now,
+                   still inside the atexit step */
+                e->state = PYFINI__RAN;
+                pyfini__set_phase(reg, PYFINI_USER);
+                pyfini__call_with_gil(e, reg->interp_id);
+            } else {
+                void *addr;
+                memcpy(&addr, &e->func, sizeof addr);
+                fprintf(stderr, "pyfini: a %s callback %p of interpreter %lld did not run: %s "
+                                "dropped it (registered after its step had run?)\n",
+                        pyfini_phase_name(e->phase), addr, (long long)reg->interp_id,
+                        e->phase == PYFINI_USER ? "atexit" : "threading");
+                fflush(stderr);
+            }
         }
         pyfini__unlink(&reg->heads[e->phase], &reg->counts[e->phase], e);
     }
     PYFINI_FREE(e);
 }
 
-PYFINI__UNUSED static PyObject *pyfini__hook_call(PyObject *self, PyObject *unused)
+static PyObject *pyfini__hook_call(PyObject *self, PyObject *unused)
 {
     (void)unused;
     pyfini__entry *e = PYFINI_CAST(pyfini__entry *,
@@ -756,13 +787,42 @@ static inline int pyfini__python_register(int phase, PyObject *fn)
 
 /* ---------------- POST_SHUTDOWN ----------------------------------------- */
 
+/* The finder: a capsule under PYFINI_REGISTRY_KEY in the interpreter's
+   builtins dict, so that the registry is found without the state dict -
+   during finalize_modules() (sys.modules is None), during the state-dict
+   clear (interp->dict is NULL: PyInterpreterState_GetDict would make a new
+   one) and after it. finalize_modules() empties the builtins dict and sets
+   its values to None; while armed, the finder puts itself back each time
+   (the dict is consistent when it is released: PyDict_Clear detaches the
+   entries first, PyDict_SetItem stores the new value first). */
+static void pyfini__finder_destructor(PyObject *capsule);
+
 static inline void pyfini__finder_set(pyfini__registry *reg, PyObject *builtins)
 {
-    PyObject *finder = PyCapsule_New(reg, PYFINI__FINDER_CAPSULE, NULL);
-    if (finder == NULL || PyDict_SetItemString(builtins, PYFINI_REGISTRY_KEY, finder) < 0) {
+    if (builtins == NULL) {
+        return;
+    }
+    PyObject *finder = PyCapsule_New(reg, PYFINI__FINDER_CAPSULE, pyfini__finder_destructor);
+    reg->finder_replanting = 1;
+    if (finder == NULL || pyfini__dict_set(builtins, PYFINI_REGISTRY_KEY, finder) < 0) {
         PyErr_Clear();
     }
+    reg->finder_replanting = 0;
     Py_XDECREF(finder);
+}
+
+static void pyfini__finder_destructor(PyObject *capsule)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
+                                        PyCapsule_GetPointer(capsule, PYFINI__FINDER_CAPSULE));
+    if (reg == NULL) {
+        PyErr_Clear();
+    } else if (reg->finder_armed && !reg->finder_replanting) {
+        pyfini__finder_set(reg, reg->builtins);
+    }
+    PyErr_Restore(type, value, tb);
 }
 
 static inline void pyfini__free_registry(pyfini__registry *reg)
@@ -794,11 +854,9 @@ static inline int pyfini__states_finalize(pyfini__registry *reg);
 static inline void pyfini__run_post(pyfini__registry *reg)
 {
     pyfini__set_phase(reg, PYFINI_POST_SHUTDOWN);
-    PyObject *builtins = pyfini__builtins();
-    if (builtins != NULL) {
-        /* the dict is empty now (PyDict_Clear detached its entries before
-           releasing them): let lookups during POST_SHUTDOWN find us */
-        pyfini__finder_set(reg, builtins);
+    /* the builtins dict is being emptied: make sure the finder is in it */
+    if (reg->finder_armed) {
+        pyfini__finder_set(reg, reg->builtins);
     }
     pyfini__entry **head = &reg->heads[PYFINI_POST_SHUTDOWN];
     while (*head != NULL) {
@@ -809,9 +867,11 @@ static inline void pyfini__run_post(pyfini__registry *reg)
         PYFINI_FREE(e);
     }
     pyfini__states_finalize(reg);
-    builtins = pyfini__builtins();
-    if (builtins != NULL && PyDict_DelItemString(builtins, PYFINI_REGISTRY_KEY) < 0) {
-        PyErr_Clear();
+    if (reg->finder_armed) {
+        reg->finder_armed = 0;
+        if (PyDict_DelItemString(reg->builtins, PYFINI_REGISTRY_KEY) < 0) {
+            PyErr_Clear();
+        }
     }
     pyfini__free_registry(reg);
 }
@@ -856,17 +916,19 @@ PYFINI__UNUSED static void pyfini__registry_capsule_destructor_impl(PyObject *ca
     }
     reg->dict_cleared = 1;
     pyfini__set_phase(reg, PYFINI_USER);
-    PyObject *builtins = pyfini__builtins();
+    PyObject *builtins = reg->builtins;
     PyObject *post = builtins ? PyCapsule_New(reg, PYFINI__POST_CAPSULE,
                                               pyfini__post_capsule_destructor)
                               : NULL;
     if (post != NULL) {
-        pyfini__finder_set(reg, builtins);
+        if (reg->finder_armed) {
+            pyfini__finder_set(reg, builtins);
+        }
         /* delete first so that the key is appended: last to be released */
         if (PyDict_DelItemString(builtins, PYFINI__POST_KEY) < 0) {
             PyErr_Clear();
         }
-        if (PyDict_SetItemString(builtins, PYFINI__POST_KEY, post) == 0) {
+        if (pyfini__dict_set(builtins, PYFINI__POST_KEY, post) == 0) {
             Py_DECREF(post);
             return;
         }
@@ -1052,9 +1114,7 @@ PYFINI__UNUSED static int pyfini__registry_add(pyfini__registry *reg, pyfini_cal
         return pyfini__fail_from_exception("cannot register");
     }
     Py_DECREF(fn);         /* threading/atexit keeps it */
-    if (phase == PYFINI_PRE_SHUTDOWN) {
-        pyfini__install_sentinel(reg);   /* threading is imported now */
-    }
+    pyfini__install_sentinel(reg);   /* threading or atexit is imported now */
     return 0;
 }
 
@@ -1107,24 +1167,48 @@ static inline pyfini__registry *pyfini__registry_check(PyObject *cap, const char
     return reg;
 }
 
-/* Install the threading hook that marks the end of PRE_SHUTDOWN (and so
-   lets the start of the USER phase be seen). This imports `threading` in the
-   interpreter (wait_for_thread_shutdown() then calls threading._shutdown()).
-   Never under pyfini's temporary thread state of the main interpreter: a
-   threading module first imported there would bind threading._main_thread
-   to a thread state that is deleted at once, and its _shutdown() would fail
-   "assert tlock.locked()" (seen on 3.12.1). Retried on later calls. */
+/* Phase tracking hooks, installed when the registry is made (and retried on
+   later lookups until they are in):
+   - once `threading` has been imported in the interpreter (pyfini never
+     imports it just for this: on 3.12/3.13 each module imported in a
+     sub-interpreter adds to what CPython itself loses per interpreter), a
+     threading._register_atexit hook that marks the end of PRE_SHUTDOWN and
+     registers the "USER begins" marker with atexit;
+   - once `atexit` has been imported (again, not imported just for this),
+     an atexit "tail" marker, registered early, so it runs after every
+     atexit callback registered later: from then on USER has begun.
+   Never under pyfini's temporary thread state of the main interpreter:
+   threading._main_thread must not be bound to a thread state deleted at
+   once (its _shutdown() would fail "assert tlock.locked()", seen on 3.12.1). */
 static inline void pyfini__install_sentinel(pyfini__registry *reg)
 {
-    if (reg->sentinel_installed || reg->phase != PYFINI_RUNNING) {
+    if (reg->phase != PYFINI_RUNNING) {
         return;
     }
-    PyObject *threading = PyImport_ImportModule("threading");
+    if (!(reg->sentinel_installed & 2)) {
+        PyObject *aname = PyUnicode_FromString("atexit");
+        PyObject *atexit = aname ? PyImport_GetModule(aname) : NULL;   /* only if imported */
+        Py_XDECREF(aname);
+        PyErr_Clear();
+        if (atexit != NULL) {
+            Py_DECREF(atexit);
+            reg->sentinel_installed |= 2;
+            if (pyfini__register_opener(reg) < 0) {
+                PyErr_Clear();
+            }
+        }
+    }
+    if (reg->sentinel_installed & 1) {
+        return;
+    }
+    PyObject *name = PyUnicode_FromString("threading");
+    PyObject *threading = name ? PyImport_GetModule(name) : NULL;   /* new ref, or NULL */
+    Py_XDECREF(name);
     if (threading == NULL) {
         PyErr_Clear();
         return;
     }
-    reg->sentinel_installed = 1;
+    reg->sentinel_installed |= 1;
     PyObject *cap = PyCapsule_New(reg, "pyfini.opener.v1", NULL);
     PyObject *fn = cap ? PyCFunction_New(&pyfini__sentinel_def, cap) : NULL;
     Py_XDECREF(cap);
@@ -1154,7 +1238,7 @@ static inline pyfini__registry *pyfini__registry_get(int create)
 {
     PyObject *builtins = pyfini__builtins();
     if (builtins != NULL) {
-        /* during teardown the registry is reachable through builtins */
+        /* the registry is reachable through builtins, also during teardown */
         PyObject *finder = PyDict_GetItemString(builtins, PYFINI_REGISTRY_KEY);
         if (finder != NULL && PyCapsule_IsValid(finder, PYFINI__FINDER_CAPSULE)) {
             return pyfini__registry_check(finder, PYFINI__FINDER_CAPSULE);   /* teardown */
@@ -1249,6 +1333,19 @@ static inline pyfini__registry *pyfini__registry_get(int create)
     }
     reg->published = 1;
     Py_DECREF(mine);          /* the state dict holds it */
+    /* interp->builtins (== the builtins module's dict; it lives past
+       POST_SHUTDOWN). The module through sys.modules, else the builtins of
+       the running frame or, with none, of the interpreter. */
+    PyObject *bname = PyUnicode_FromString("builtins");
+    PyObject *bmod = bname ? PyImport_GetModule(bname) : NULL;
+    Py_XDECREF(bname);
+    reg->builtins = bmod ? PyModule_GetDict(bmod) : pyfini__builtins();
+    Py_XDECREF(bmod);
+    PyErr_Clear();
+    if (reg->builtins != NULL) {
+        reg->finder_armed = 1;
+        pyfini__finder_set(reg, reg->builtins);
+    }
     if (!pyfini__in_temporary_tstate) {
         pyfini__install_sentinel(reg);
     }
@@ -1738,6 +1835,10 @@ static inline int pyfini__check_args(pyfini_callback func, int phase, PyThreadSt
         return pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first; "
                                   "nothing was done");
     }
+    if (PyErr_Occurred()) {
+        /* CPython's rule: no C API call with an exception set. Left as is. */
+        return pyfini__fail(NULL, "called with an exception set; nothing was done");
+    }
     if (func == NULL) {
         return pyfini__fail(PyExc_TypeError, "the callback is NULL");
     }
@@ -1759,7 +1860,11 @@ PYFINI_FUNC int pyfini_atexit(pyfini_callback func, void *arg, pyfini_phase phas
     if (reg == NULL) {
         return -1;
     }
-    return reg->add(reg, func, arg, (int)phase);
+    int rc = reg->add(reg, func, arg, (int)phase);
+    if (rc < 0 && PyErr_Occurred()) {
+        pyfini__fail_from_exception("pyfini_atexit");   /* the registry may be another copy's */
+    }
+    return rc;
 }
 
 PYFINI_FUNC int pyfini_atexit_cancel(pyfini_callback func, void *arg, pyfini_phase phase)
@@ -1792,7 +1897,11 @@ PYFINI_FUNC int pyfini_atexit_cancel(pyfini_callback func, void *arg, pyfini_pha
             return -1;
         }
     }
-    return reg->cancel(reg, func, arg, (int)phase);
+    int rc = reg->cancel(reg, func, arg, (int)phase);
+    if (rc < 0 && PyErr_Occurred()) {
+        pyfini__fail_from_exception("pyfini_atexit_cancel");
+    }
+    return rc;
 }
 
 PYFINI_FUNC int pyfini_current_phase(void)

@@ -45,7 +45,7 @@ static inline void ev_add(const char *fmt, ...)
     pthread_mutex_unlock(&ev_lock);
 }
 
-static const char *ev_text(void) { return ev_buf; }
+static inline const char *ev_text(void) { return ev_buf; }
 
 /* Position of the line `s` (exact line) or -1. */
 static inline long ev_pos(const char *s)

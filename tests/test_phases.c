@@ -350,6 +350,107 @@ START_TEST(test_user_registration_during_atexit)
 }
 END_TEST
 
+/* ---- registrations from teardown code (extension cleanup) ---------------- */
+
+static void early_capsule_destructor(PyObject *cap)
+{
+    (void)cap;
+    /* during the state-dict clear, before pyfini's own entry is released */
+    ev_add("capsule: POST %d", pyfini_atexit(harness_record_cb, tag("POST from capsule"),
+                                              PYFINI_POST_SHUTDOWN));
+    PyErr_Clear();
+    ev_add("capsule: USER %d", pyfini_atexit(harness_record_cb, tag("never"), PYFINI_USER));
+    PyErr_Clear();
+}
+
+static void mfree_module_free(void *m)
+{
+    (void)m;
+    ev_add("m_free: POST %d", pyfini_atexit(harness_record_cb, tag("POST from m_free"),
+                                             PYFINI_POST_SHUTDOWN));
+    PyErr_Clear();
+}
+static PyModuleDef_Slot mfree_slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL}};
+static struct PyModuleDef mfree_module = {PyModuleDef_HEAD_INIT, "_pyfini_mfree", NULL, 0, NULL,
+                                          mfree_slots, NULL, NULL, mfree_module_free};
+static PyObject *init_mfree(void) { return PyModuleDef_Init(&mfree_module); }
+
+static void teardown_registrations(int in_sub)
+{
+    PyImport_AppendInittab("_pyfini_mfree", init_mfree);
+    harness_init();
+    PyThreadState *main_ts = PyThreadState_Get();
+    PyThreadState *sub = in_sub ? new_sub(SUB_LEGACY) : NULL;
+    /* a capsule in the state dict BEFORE pyfini's registry */
+    PyObject *cap = PyCapsule_New((void *)1, "pyfini.test.early", early_capsule_destructor);
+    PyObject *d = PyInterpreterState_GetDict(PyInterpreterState_Get());
+    ck_assert_int_eq(PyDict_SetItemString(d, "pyfini_test_early", cap), 0);
+    Py_DECREF(cap);
+    run("import sys, _pyfini_mfree, _pyfini_test as t\n"
+        "t.watch_state_dict('X')\n"
+        "class D:\n"
+        "    def __del__(self, reg=t.register, rec=t.record):\n"
+        "        try:\n"
+        "            reg(3, 'POST from __del__')\n"
+        "            rec('__del__: POST 0')\n"
+        "        except Exception as e:\n"
+        "            rec('__del__: POST failed %r' % e)\n"
+        "sys._pyfini_test_d = D()\n"
+        "p = t.Probe('cycle'); p.ref = p; t.park('_pyfini_test_cycle', p); del p\n");
+    if (in_sub) {
+        Py_EndInterpreter(sub);
+        PyThreadState_Swap(main_ts);
+        ev_add("sub ended");
+    }
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+    ck_assert_int_eq(ev_count("never"), 0);
+    EV_ORDER("__del__: POST 0", "state-dict cleared X", "freed cycle", "POST from __del__");
+    ck_assert_msg(ev_count("m_free: POST 0") == 1 && ev_count("capsule: POST 0") == 1 &&
+                  ev_count("capsule: USER -1") == 1, "%s", ev_text());
+    EV_ORDER("freed cycle", "POST from capsule");
+    EV_ORDER("freed cycle", "POST from m_free");
+}
+
+START_TEST(test_post_registered_during_teardown_main) { teardown_registrations(0); }
+END_TEST
+
+START_TEST(test_post_registered_during_teardown_sub) { teardown_registrations(1); }
+END_TEST
+
+/* ---- first use from inside an atexit callback ------------------------------ */
+
+START_TEST(test_first_use_inside_atexit)
+{
+    stderr_capture_begin();
+    harness_init();
+    run("import atexit, _pyfini_test as t\n"
+        "def late():\n"
+        "    for p, n in ((1, 'PRE'), (2, 'USER'), (3, 'POST')):\n"
+        "        try:\n"
+        "            t.register(p, 'late ' + n)\n"
+        "            t.record('registered ' + n)\n"
+        "        except RuntimeError:\n"
+        "            t.record('refused ' + n)\n"
+        "atexit.register(late)\n");
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+    char *err = stderr_capture_end();
+    /* PRE_SHUTDOWN is over: refused, or - when pyfini cannot tell (threading
+       never imported) - reported as not run; never run late */
+    ck_assert_msg(ev_count("late PRE") == 0, "PRE ran after its step:\n%s", ev_text());
+    ck_assert_msg(ev_count("refused PRE") == 1 ||
+                  strstr(err, "PYFINI_PRE_SHUTDOWN callback") != NULL, "%s\n%s", ev_text(), err);
+    /* USER: runs (inside the atexit step) or is refused or reported - never silent */
+    ck_assert_msg(ev_count("late USER") == 1 || ev_count("refused USER") == 1 ||
+                  strstr(err, "PYFINI_USER callback") != NULL, "%s\n%s", ev_text(), err);
+    EV_ORDER("registered POST", "late POST");
+    free(err);
+}
+END_TEST
+
 /* ---- repeated Py_Initialize / Py_FinalizeEx (4 loops, as _testembed) ----- */
 
 START_TEST(test_init_fini_loops)
@@ -393,6 +494,9 @@ static Suite *phases_suite(void)
     tcase_add_test(tc, test_register_later_phases_from_callbacks);
     tcase_add_test(tc, test_init_fini_loops);
     tcase_add_test(tc, test_user_registration_during_atexit);
+    tcase_add_test(tc, test_post_registered_during_teardown_main);
+    tcase_add_test(tc, test_post_registered_during_teardown_sub);
+    tcase_add_test(tc, test_first_use_inside_atexit);
     suite_add_tcase(s, tc);
     return s;
 }
