@@ -25,7 +25,7 @@ test-matrix: deps
 	tools/test-matrix
 
 bench: all
-	@if [ -x $(BUILD)/bench/run-bench ]; then $(BUILD)/bench/run-bench; else echo "no benchmarks built"; fi
+	$(BUILD)/bench/bench_state
 
 clean:
 	rm -rf $(BUILD)

@@ -227,7 +227,11 @@ typedef struct pyfini_state_def {
 /* The state `def` of the CURRENT interpreter; created (zero-filled, then
    def->init) on first use. Thread state: attached. Borrowed: valid until the
    interpreter's POST_SHUTDOWN (do not keep it across interpreters).
-   Fast path: a per-thread (interpreter, interpreter ID) cache, no lock.
+   Fast path: a per-thread cache of (interpreter, interpreter ID, epoch) ->
+   state, no lock; the ID is checked when an entry is made, the epoch drops
+   every entry of an interpreter whose states were freed (so also when a new
+   interpreter lands at its address, or after Py_FinalizeEx/Py_Initialize,
+   when IDs start again at 0).
    NULL with an exception on failure: TypeError (def or def->name NULL),
    ValueError (size 0 without init; the name already used with another size),
    MemoryError, RuntimeError (called again from its own init; the state was
@@ -1746,13 +1750,15 @@ static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
         pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first");
         return NULL;
     }
-    /* fast path: this thread's cache, no lock */
-    PyInterpreterState *interp = PyThreadState_GetInterpreter(ts);
+    /* fast path: this thread's cache, no lock. The thread state's
+       interpreter is read from the (non-limited API) struct; the epoch
+       changes whenever states of an interpreter this copy cached are freed,
+       so a new interpreter at a freed one's address never hits. */
+    PyInterpreterState *interp = ts->interp;
     uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
     for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
         pyfini__cache_slot *c = &pyfini__cache[i];
-        if (c->def == def && c->interp == interp && c->epoch == epoch && def != NULL &&
-            c->interp_id == PyInterpreterState_GetID(interp)) {
+        if (c->def == def && c->interp == interp && c->epoch == epoch && def != NULL) {
             return c->data;
         }
     }
