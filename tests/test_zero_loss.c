@@ -210,8 +210,9 @@ START_TEST(test_zero_loss_against_raw_c_api)
     ck_assert_msg(alloc_live == 0, "%ld pyfini records still allocated", alloc_live);
 #if !defined(__SANITIZE_ADDRESS__)
     /* malloc's bytes in use move by a few hundred bytes per cycle either way
-       (chunk reuse); a real loss would show in the exact counts above */
-    double tol = m_raw * 0.002 > 512.0 ? m_raw * 0.002 : 512.0;
+       (chunk reuse, tcache; seen -275 to +434 B/cycle on 3.15 over 200
+       cycles); a real loss would show in the exact counts above */
+    double tol = m_raw * 0.005 > 2048.0 ? m_raw * 0.005 : 2048.0;
     ck_assert_msg(m_lib - m_raw < tol, "pyfini loses %.1f B/cycle more malloc than the raw C API "
                   "(tolerance %.0f)", m_lib - m_raw, tol);
 #endif
