@@ -197,7 +197,7 @@ END_TEST
 
 /* ---- reference counts on debug builds -------------------------------------- */
 
-static Py_ssize_t total_refcount(void)
+PYFINI__UNUSED static Py_ssize_t total_refcount(void)
 {
     PyObject *sys = PyImport_ImportModule("sys");
     PyObject *r = sys ? PyObject_CallMethod(sys, "gettotalrefcount", NULL) : NULL;
