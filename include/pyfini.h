@@ -257,7 +257,8 @@ PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def);
    types) so that they are freed. Then, for each state with tracked objects
    still alive, one report on stderr (unless warnings are off):
        pyfini: leak in interpreter 3, state "mylib.internals.v3": 2 tracked objects still alive at POST_SHUTDOWN
-       pyfini:  - mylib.Node object at 0x7f.., reference count 2
+       pyfini:  - type mylib.Node at 0x55.., reference count 3
+       pyfini:  - mylib.Node object at 0x7f.., reference count 1
        ...  (at most 20, then "pyfini:  - ... and N more")
        pyfini: state "mylib.internals.v3" is not freed: leaked objects may still use it ...
    Environment: PYFINI_LEAK_WARNINGS=0 silences reports, PYFINI_ABORT_ON_LEAK=1
@@ -1644,8 +1645,11 @@ static inline size_t pyfini__state_report(pyfini__registry *reg, pyfini__state_r
         }
         alive++;
         if (!quiet && alive <= 20) {
-            fprintf(stderr, "pyfini:  - %s object at %p, reference count %zd\n",
-                    Py_TYPE(o)->tp_name, PYFINI_CAST(void *, o), (Py_ssize_t)(Py_REFCNT(o) - 1));
+            int is_type = PyType_Check(o);
+            fprintf(stderr, "pyfini:  - %s %s at %p, reference count %zd\n",
+                    is_type ? "type" : Py_TYPE(o)->tp_name,
+                    is_type ? PYFINI_CAST(PyTypeObject *, o)->tp_name : "object",
+                    PYFINI_CAST(void *, o), (Py_ssize_t)(Py_REFCNT(o) - 1));
         }
         Py_DECREF(o);
     }
