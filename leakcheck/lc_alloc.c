@@ -1,0 +1,396 @@
+/* lc_alloc.c - counting wrapper around CPython's allocator domains.
+ * See lc_alloc.h.  Everything here runs inside Python's allocators: it must
+ * never call a Python allocator itself; its own tables use libc calloc. */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lc_alloc.h"
+
+/* The header in front of every block.  16 bytes keep the 16-byte alignment
+ * Python's allocators promise. */
+typedef struct lc_hdr {
+    size_t size;      /* requested size */
+    uint32_t site;    /* attribution site id, 0 = none */
+    uint32_t flags;   /* LC_F_* and the obmalloc cycle tag in the top 24 bits */
+} lc_hdr;
+_Static_assert(sizeof(lc_hdr) == 16, "lc_hdr must keep 16-byte alignment");
+
+#define LC_F_DOMAIN  0x3u
+#define LC_F_COUNTED 0x4u   /* counted in the totals */
+#define LC_F_BARE    0x8u   /* site counters: recorded during a bare cycle */
+#define LC_F_OBM     0x10u  /* a pymalloc block of the cycle's interpreter */
+#define LC_TAG(f)    ((f) >> 8)
+
+static PyMemAllocatorEx lc_orig[3];
+static int lc_domain_ids[3] = {LC_DOMAIN_RAW, LC_DOMAIN_MEM, LC_DOMAIN_OBJ};
+static int lc_where;
+
+/* Counters, one set per thread that ever allocated: only the owning thread
+ * writes its set (no atomic read-modify-write on the hot path, which costs
+ * more than the rest of the wrapper); readers add all sets up.  A block freed
+ * by another thread than the one that allocated it moves the counts between
+ * sets, the sum stays exact.  Sets are never freed (one per thread). */
+typedef struct lc_counts {
+    int64_t bytes[LC_NDOMAINS], blocks[LC_NDOMAINS];
+    struct lc_counts *next;
+} lc_counts;
+static lc_counts *lc_all_counts;               /* list head, pushed atomically */
+static _Thread_local lc_counts *lc_my_counts;
+
+static lc_counts *register_counts(void)
+{
+    lc_counts *c = calloc(1, sizeof *c);
+    if (!c) abort();   /* cannot count: better a clear crash than wrong figures */
+    c->next = __atomic_load_n(&lc_all_counts, __ATOMIC_ACQUIRE);
+    while (!__atomic_compare_exchange_n(&lc_all_counts, &c->next, c, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {}
+    lc_my_counts = c;
+    return c;
+}
+
+static inline void count(int domain, int64_t dbytes, int64_t dblocks)
+{
+    lc_counts *c = lc_my_counts;
+    if (__builtin_expect(c == NULL, 0)) c = register_counts();
+    __atomic_store_n(&c->bytes[domain], c->bytes[domain] + dbytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->blocks[domain], c->blocks[domain] + dblocks, __ATOMIC_RELAXED);
+}
+
+/* > 0 while this thread is inside pymalloc (a MEM or OBJ request).  A RAW
+ * call then is either pymalloc forwarding a request too large for its pools
+ * (the same size, plus at most the debug hooks' few bytes: not counted again,
+ * the MEM/OBJ wrapper counts it) or pymalloc's own bookkeeping (arena table,
+ * arena map nodes: counted as RAW like any other). */
+static _Thread_local int lc_in_pymalloc;
+static _Thread_local size_t lc_outer_size;     /* the MEM/OBJ request being served */
+static _Thread_local int lc_forwarded;         /* that request went to RAW */
+static _Thread_local unsigned lc_raw_hits;
+
+/* --- attribution sites -------------------------------------------------- */
+typedef struct lc_site {
+    uint64_t hash;
+    lc_site_info info;
+} lc_site;
+
+static pthread_mutex_t lc_site_lock = PTHREAD_MUTEX_INITIALIZER;
+static lc_site *lc_sites;         /* id = index + 1 */
+static uint32_t lc_nsites, lc_capsites;
+static uint32_t *lc_index;        /* open addressing, holds ids */
+static uint32_t lc_index_cap;     /* power of two */
+static int lc_recording;          /* 0 off, 1 subject, 2 bare */
+
+/* obmalloc blocks of the current cycle's interpreter */
+static void *lc_obm_main;         /* main interpreter; NULL = not tracking */
+static uint32_t lc_obm_tag;
+static int64_t lc_obm_live;
+
+static inline void add64(int64_t *p, int64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+
+static uint64_t hash_frames(int domain, void **ip, int n)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)domain;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint64_t)(uintptr_t)ip[i];
+        h *= 1099511628211ull;
+    }
+    return h ? h : 1;
+}
+
+static int index_insert(uint32_t id, uint64_t hash)
+{
+    uint32_t mask = lc_index_cap - 1;
+    for (uint32_t i = (uint32_t)hash & mask;; i = (i + 1) & mask) {
+        if (lc_index[i] == 0) {
+            lc_index[i] = id;
+            return 0;
+        }
+    }
+}
+
+static int grow_tables(void)
+{
+    if (lc_nsites + 1 > lc_capsites) {
+        uint32_t cap = lc_capsites ? lc_capsites * 2 : 4096;
+        lc_site *s = realloc(lc_sites, cap * sizeof *s);
+        if (!s) return -1;
+        lc_sites = s;
+        lc_capsites = cap;
+    }
+    if ((lc_nsites + 1) * 2 > lc_index_cap) {
+        uint32_t cap = lc_index_cap ? lc_index_cap * 2 : 8192;
+        uint32_t *ix = calloc(cap, sizeof *ix);
+        if (!ix) return -1;
+        free(lc_index);
+        lc_index = ix;
+        lc_index_cap = cap;
+        for (uint32_t id = 1; id <= lc_nsites; id++) index_insert(id, lc_sites[id - 1].hash);
+    }
+    return 0;
+}
+
+/* Called with the lock held. Returns the site id or 0 when out of memory. */
+static uint32_t site_lookup(int domain, void **ip, int n)
+{
+    uint64_t h = hash_frames(domain, ip, n);
+    if (lc_index_cap) {
+        uint32_t mask = lc_index_cap - 1;
+        for (uint32_t i = (uint32_t)h & mask; lc_index[i]; i = (i + 1) & mask) {
+            lc_site *s = &lc_sites[lc_index[i] - 1];
+            if (s->hash == h && s->info.domain == domain && s->info.nframes == n
+                && memcmp(s->info.frames, ip, (size_t)n * sizeof(void *)) == 0)
+                return lc_index[i];
+        }
+    }
+    if (grow_tables() < 0) return 0;
+    lc_site *s = &lc_sites[lc_nsites++];
+    memset(s, 0, sizeof *s);
+    s->hash = h;
+    s->info.domain = domain;
+    s->info.nframes = n;
+    memcpy(s->info.frames, ip, (size_t)n * sizeof(void *));
+    index_insert(lc_nsites, h);
+    return lc_nsites;
+}
+
+static void site_attach(lc_hdr *h, int domain)
+{
+    int kind = __atomic_load_n(&lc_recording, __ATOMIC_RELAXED);
+    if (!kind) return;
+    void *ip[LC_MAX_FRAMES + 1];
+    int n = unw_backtrace(ip, LC_MAX_FRAMES + 1);
+    if (n <= 1) return;
+    pthread_mutex_lock(&lc_site_lock);
+    /* frame 0 is this function's caller inside this file: drop it */
+    uint32_t id = site_lookup(domain, ip + 1, n - 1);
+    if (id) {
+        lc_site *s = &lc_sites[id - 1];
+        int k = kind == 2;
+        s->info.bytes[k] += (int64_t)h->size;
+        s->info.blocks[k] += 1;
+        h->site = id;
+        if (k) h->flags |= LC_F_BARE;
+    }
+    pthread_mutex_unlock(&lc_site_lock);
+}
+
+static void site_adjust(const lc_hdr *h, int64_t dbytes, int64_t dblocks)
+{
+    pthread_mutex_lock(&lc_site_lock);
+    lc_site *s = &lc_sites[h->site - 1];
+    int k = (h->flags & LC_F_BARE) != 0;
+    s->info.bytes[k] += dbytes;
+    s->info.blocks[k] += dblocks;
+    pthread_mutex_unlock(&lc_site_lock);
+}
+
+/* --- obmalloc blocks of one interpreter ---------------------------------- */
+static PyThreadState *current_tstate(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked();
+#else
+    return _PyThreadState_UncheckedGet();
+#endif
+}
+
+static void obm_tag(lc_hdr *h, int domain, int large)
+{
+    void *main_interp = __atomic_load_n(&lc_obm_main, __ATOMIC_RELAXED);
+    if (!main_interp || domain == LC_DOMAIN_RAW || large) return;
+    PyThreadState *ts = current_tstate();
+    if (!ts || (void *)PyThreadState_GetInterpreter(ts) == main_interp) return;
+    h->flags |= LC_F_OBM | (lc_obm_tag << 8);
+    add64(&lc_obm_live, 1);
+}
+
+static void obm_untag(lc_hdr *h)
+{
+    if ((h->flags & LC_F_OBM) && LC_TAG(h->flags) == __atomic_load_n(&lc_obm_tag, __ATOMIC_RELAXED))
+        add64(&lc_obm_live, -1);
+    h->flags &= 0xffu & ~LC_F_OBM;
+}
+
+/* --- the wrappers -------------------------------------------------------- */
+static void *account_new(void *raw, size_t n, int domain, int large)
+{
+    lc_hdr *h = raw;
+    h->size = n;
+    h->site = 0;
+    h->flags = (uint32_t)domain;
+    if (domain == LC_DOMAIN_RAW && lc_in_pymalloc && !lc_forwarded && n >= lc_outer_size
+        && n <= lc_outer_size + 64) {
+        lc_forwarded = 1;
+        lc_raw_hits++;          /* a forwarded large request: counted by its MEM/OBJ caller */
+        return h + 1;
+    }
+    if (domain == LC_DOMAIN_RAW && lc_in_pymalloc) {
+        domain = LC_DOMAIN_OBMALLOC;   /* pymalloc's own bookkeeping */
+        h->flags = (uint32_t)domain;
+    }
+    h->flags |= LC_F_COUNTED;
+    count(domain, (int64_t)n, 1);
+    if (lc_where) {
+        site_attach(h, domain);
+        obm_tag(h, domain, large);
+    }
+    return h + 1;
+}
+
+static void *lc_malloc(void *ctx, size_t n)
+{
+    int d = *(int *)ctx;
+    if (n > SIZE_MAX - sizeof(lc_hdr)) return NULL;
+    PyMemAllocatorEx *o = &lc_orig[d];
+    void *p;
+    unsigned hits = lc_raw_hits;
+    if (d == LC_DOMAIN_RAW) {
+        p = o->malloc(o->ctx, n + sizeof(lc_hdr));
+    } else {
+        lc_in_pymalloc++;
+        lc_outer_size = n + sizeof(lc_hdr);
+        lc_forwarded = 0;
+        p = o->malloc(o->ctx, n + sizeof(lc_hdr));
+        lc_forwarded = 0;
+        lc_in_pymalloc--;
+    }
+    if (!p) return NULL;
+    return account_new(p, n, d, lc_raw_hits != hits);
+}
+
+static void *lc_calloc(void *ctx, size_t nelem, size_t elsize)
+{
+    int d = *(int *)ctx;
+    if (elsize && nelem > (SIZE_MAX - sizeof(lc_hdr)) / elsize) return NULL;
+    size_t n = nelem * elsize;
+    PyMemAllocatorEx *o = &lc_orig[d];
+    void *p;
+    unsigned hits = lc_raw_hits;
+    if (d == LC_DOMAIN_RAW) {
+        p = o->calloc(o->ctx, 1, n + sizeof(lc_hdr));
+    } else {
+        lc_in_pymalloc++;
+        lc_outer_size = n + sizeof(lc_hdr);
+        lc_forwarded = 0;
+        p = o->calloc(o->ctx, 1, n + sizeof(lc_hdr));
+        lc_forwarded = 0;
+        lc_in_pymalloc--;
+    }
+    if (!p) return NULL;
+    return account_new(p, n, d, lc_raw_hits != hits);
+}
+
+static void lc_free(void *ctx, void *ptr)
+{
+    if (!ptr) return;
+    int d = *(int *)ctx;
+    lc_hdr *h = (lc_hdr *)ptr - 1;
+    if (h->flags & LC_F_COUNTED) {
+        int hd = (int)(h->flags & LC_F_DOMAIN);
+        count(hd, -(int64_t)h->size, -1);
+        if (h->site) site_adjust(h, -(int64_t)h->size, -1);
+        if (h->flags & LC_F_OBM) obm_untag(h);
+    }
+    PyMemAllocatorEx *o = &lc_orig[d];
+    if (d == LC_DOMAIN_RAW) {
+        o->free(o->ctx, h);
+    } else {
+        lc_in_pymalloc++;
+        o->free(o->ctx, h);
+        lc_in_pymalloc--;
+    }
+}
+
+static void *lc_realloc(void *ctx, void *ptr, size_t n)
+{
+    if (!ptr) return lc_malloc(ctx, n);
+    int d = *(int *)ctx;
+    if (n > SIZE_MAX - sizeof(lc_hdr)) return NULL;
+    lc_hdr *h = (lc_hdr *)ptr - 1;
+    size_t old = h->size;
+    PyMemAllocatorEx *o = &lc_orig[d];
+    unsigned hits = lc_raw_hits;
+    lc_hdr *nh;
+    if (d == LC_DOMAIN_RAW) {
+        nh = o->realloc(o->ctx, h, n + sizeof(lc_hdr));
+    } else {
+        lc_in_pymalloc++;
+        lc_outer_size = n + sizeof(lc_hdr);
+        lc_forwarded = 0;
+        nh = o->realloc(o->ctx, h, n + sizeof(lc_hdr));
+        lc_forwarded = 0;
+        lc_in_pymalloc--;
+    }
+    if (!nh) return NULL;   /* the old block is untouched */
+    nh->size = n;
+    if (nh->flags & LC_F_COUNTED) {
+        int hd = (int)(nh->flags & LC_F_DOMAIN);
+        count(hd, (int64_t)n - (int64_t)old, 0);
+        if (nh->site) site_adjust(nh, (int64_t)n - (int64_t)old, 0);
+        if (lc_where && hd != LC_DOMAIN_RAW) {
+            obm_untag(nh);
+            obm_tag(nh, hd, lc_raw_hits != hits);
+        }
+    }
+    return nh + 1;
+}
+
+void lc_alloc_install(int where)
+{
+    static const PyMemAllocatorDomain doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
+    lc_where = where;
+    for (int d = 0; d < 3; d++) {
+        PyMem_GetAllocator(doms[d], &lc_orig[d]);
+        PyMemAllocatorEx w = {&lc_domain_ids[d], lc_malloc, lc_calloc, lc_realloc, lc_free};
+        PyMem_SetAllocator(doms[d], &w);
+    }
+}
+
+void lc_alloc_totals(int64_t bytes[LC_NDOMAINS], int64_t blocks[LC_NDOMAINS])
+{
+    for (int d = 0; d < LC_NDOMAINS; d++) bytes[d] = blocks[d] = 0;
+    for (lc_counts *c = __atomic_load_n(&lc_all_counts, __ATOMIC_ACQUIRE); c; c = c->next)
+        for (int d = 0; d < LC_NDOMAINS; d++) {
+            bytes[d] += __atomic_load_n(&c->bytes[d], __ATOMIC_RELAXED);
+            blocks[d] += __atomic_load_n(&c->blocks[d], __ATOMIC_RELAXED);
+        }
+}
+
+void lc_alloc_set_recording(int kind)
+{
+    __atomic_store_n(&lc_recording, lc_where ? kind : 0, __ATOMIC_RELAXED);
+}
+
+void lc_alloc_obm_begin(void *main_interp, uint32_t tag)
+{
+    if (!lc_where) return;
+    __atomic_store_n(&lc_obm_live, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&lc_obm_tag, tag & 0xffffffu, __ATOMIC_RELAXED);
+    __atomic_store_n(&lc_obm_main, main_interp, __ATOMIC_RELAXED);
+}
+
+int64_t lc_alloc_obm_end(void)
+{
+    __atomic_store_n(&lc_obm_main, NULL, __ATOMIC_RELAXED);
+    return __atomic_load_n(&lc_obm_live, __ATOMIC_RELAXED);
+}
+
+void lc_alloc_foreach_site(lc_site_fn fn, void *arg)
+{
+    pthread_mutex_lock(&lc_site_lock);
+    uint32_t n = lc_nsites;
+    pthread_mutex_unlock(&lc_site_lock);
+    for (uint32_t id = 1; id <= n; id++) {
+        lc_site_info copy;
+        pthread_mutex_lock(&lc_site_lock);
+        copy = lc_sites[id - 1].info;
+        pthread_mutex_unlock(&lc_site_lock);
+        if (copy.bytes[0] || copy.bytes[1]) fn(id, &copy, arg);
+    }
+}

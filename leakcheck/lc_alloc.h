@@ -1,0 +1,51 @@
+/* lc_alloc.h - counting wrapper around CPython's three allocator domains.
+ *
+ * lc_alloc_install() must run before Py_PreInitialize()/Py_Initialize(): it
+ * saves the current RAW, MEM and OBJ allocators and installs wrappers that
+ * put a 16-byte header in front of every block (the requested size, the
+ * attribution site, flags).  Every block allocated through a domain is
+ * counted exactly in requested bytes; a RAW allocation made by pymalloc
+ * itself (a MEM/OBJ request too large for pymalloc) is not counted a second
+ * time.  Counters are kept per thread (a RAW call may come from any thread,
+ * interpreters with their own GIL may run at the same time) and added up
+ * when read.
+ */
+#ifndef LC_ALLOC_H
+#define LC_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* LC_DOMAIN_OBMALLOC: RAW blocks that pymalloc allocates for itself while
+ * serving a MEM/OBJ request (arena table, radix-tree arena map nodes). */
+enum { LC_DOMAIN_RAW, LC_DOMAIN_MEM, LC_DOMAIN_OBJ, LC_DOMAIN_OBMALLOC, LC_NDOMAINS };
+
+/* Install the wrappers. where != 0: also record the allocating call stack
+ * of blocks allocated while lc_alloc_set_recording() is on. */
+void lc_alloc_install(int where);
+
+/* Live bytes and blocks per domain. */
+void lc_alloc_totals(int64_t bytes[LC_NDOMAINS], int64_t blocks[LC_NDOMAINS]);
+
+/* Attribution (only with where): 0 off, 1 record as subject cycle, 2 as bare. */
+void lc_alloc_set_recording(int kind);
+
+/* obmalloc blocks of the interpreter created in the current cycle (only with
+ * where): lc_alloc_obm_begin(main_interp, tag) before the interpreter is
+ * created, lc_alloc_obm_end() right after it ended returns the number of
+ * pymalloc blocks it allocated that are still in use. */
+void lc_alloc_obm_begin(void *main_interp, uint32_t tag);
+int64_t lc_alloc_obm_end(void);
+
+/* The recorded sites: call fn for each site with live bytes. */
+#define LC_MAX_FRAMES 24
+typedef struct lc_site_info {
+    int domain;
+    int nframes;
+    void *frames[LC_MAX_FRAMES];
+    int64_t bytes[2], blocks[2];   /* [0] subject cycles, [1] bare cycles */
+} lc_site_info;
+typedef void (*lc_site_fn)(uint32_t id, const lc_site_info *info, void *arg);
+void lc_alloc_foreach_site(lc_site_fn fn, void *arg);
+
+#endif
