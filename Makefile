@@ -1,12 +1,14 @@
 # pyfini - the two commands of the README, and a few more.
-#   make demo         build with the newest CPython found and run the main job on its built-in default
+#   make demo         build with the newest CPython found and run the main job, pyfini-leakcheck,
+#                     on its built-in default (bare legacy vs isolated interpreters, then json)
+#   make demo-phases  the four phases in the main and an isolated sub-interpreter
 #   make test         the whole suite on every CPython found (plain and ASan+UBSan builds)
 #   make test-matrix  the suite on every host CPython and on the Debian sid CPythons (root; see README)
 #   make bench        benchmarks (figures, not pass/fail)
 BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test test-matrix bench deps clean
+.PHONY: all demo demo-phases test test-matrix bench deps clean
 
 all: deps
 	cmake -S . -B $(BUILD) >/dev/null
@@ -16,6 +18,9 @@ deps:
 	@tools/install-deps
 
 demo: all
+	$(BUILD)/pyfini-leakcheck --demo
+
+demo-phases: all
 	$(BUILD)/examples/phases_demo
 
 test: deps

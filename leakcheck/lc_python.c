@@ -170,8 +170,9 @@ static int find_config(const char *want, char *out, size_t n, char *ver, char *a
             if (strcmp(v, exact) != 0) continue;
         }
         char *real = realpath(cands[i], NULL);
-        snprintf(out, n, "%s", real ? real : cands[i]);
+        int w = snprintf(out, n, "%s", real ? real : cands[i]);
         free(real);
+        if (w < 0 || (size_t)w >= n) continue;   /* path too long for out */
         strcpy(ver, v);
         strcpy(abi, a);
         return 0;
