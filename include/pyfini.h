@@ -383,12 +383,14 @@ PYFINI__UNUSED static PYFINI_THREAD_LOCAL char pyfini__error_buf[256];
 PYFINI__UNUSED static PYFINI_THREAD_LOCAL int pyfini__in_temporary_tstate = 0;
 /* The per-thread state cache of this copy, and its epoch: any copy that
    frees states of an interpreter this copy cached bumps it (atomically). */
-#define PYFINI__CACHE_SLOTS 4
+#define PYFINI__CACHE_SLOTS 8
 typedef struct pyfini__cache_slot {
     PyInterpreterState *interp;
     int64_t interp_id;
     uint64_t epoch;
     const pyfini_state_def *def;
+    const char *name;                    /* def->name and def->size when cached */
+    size_t size;
     void *data;
 } pyfini__cache_slot;
 PYFINI__UNUSED static PYFINI_THREAD_LOCAL pyfini__cache_slot pyfini__cache[PYFINI__CACHE_SLOTS];
@@ -418,7 +420,7 @@ PYFINI_FUNC const char *pyfini_phase_name(int phase)
    also raise it (unless an exception is already set). */
 static inline int pyfini__fail(PyObject *exc, const char *msg)
 {
-    snprintf(pyfini__error_buf, sizeof pyfini__error_buf, "pyfini: %s", msg);
+    snprintf(pyfini__error_buf, sizeof pyfini__error_buf, "pyfini: %.240s", msg);
     pyfini__error_msg = pyfini__error_buf;
     if (exc != NULL && !PyErr_Occurred()) {
         PyErr_SetString(exc, pyfini__error_buf);
@@ -855,6 +857,7 @@ static inline void pyfini__free_registry(pyfini__registry *reg)
 }
 
 static inline int pyfini__states_finalize(pyfini__registry *reg);
+static inline void pyfini__track_prune(pyfini__state_rec *rec);
 
 static inline void pyfini__run_post(pyfini__registry *reg)
 {
@@ -921,6 +924,12 @@ PYFINI__UNUSED static void pyfini__registry_capsule_destructor_impl(PyObject *ca
     }
     reg->dict_cleared = 1;
     pyfini__set_phase(reg, PYFINI_USER);
+    /* drop now the weak references of tracked objects that already died:
+       CPython 3.11 loses a weak reference object freed after a
+       sub-interpreter's last GC (80 bytes each; pinned by tests) */
+    for (pyfini__state_rec *r = reg->state_newest; r != NULL; r = r->older) {
+        pyfini__track_prune(r);
+    }
     PyObject *builtins = reg->builtins;
     PyObject *post = builtins ? PyCapsule_New(reg, PYFINI__POST_CAPSULE,
                                               pyfini__post_capsule_destructor)
@@ -1360,6 +1369,27 @@ static inline pyfini__registry *pyfini__registry_get(int create)
 
 /* ---------------- per-interpreter state (pyfini_state) ------------------- */
 
+/* The referent of a weak reference (new reference), or NULL if it died. */
+static inline PyObject *pyfini__weakref_get(PyObject *wr)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(wr, &o) < 0) {   /* gh-105927: 3.13 */
+        PyErr_Clear();
+        return NULL;
+    }
+    return o;
+#else
+    PyObject *o = PyWeakref_GetObject(wr);
+    if (o == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return o == Py_None ? NULL : Py_NewRef(o);
+#endif
+}
+
+
 static inline size_t pyfini__hash_name(const char *s)
 {
     size_t h = 1469598103934665603u;   /* FNV-1a */
@@ -1544,6 +1574,13 @@ static void *pyfini__state_get_impl(pyfini__registry *reg, const pyfini_state_de
                 return NULL;
             }
             rec->status = PYFINI__STATE_ALIVE;
+            /* cleared in the reverse order of COMPLETED inits: a state made
+               inside this init is cleared after this one */
+            pyfini__state_unlink(reg, rec);
+            rec->next = reg->state_buckets[b];
+            reg->state_buckets[b] = rec;
+            rec->older = reg->state_newest;
+            reg->state_newest = rec;
         }
         *cacheable = caller_epoch != NULL && pyfini__epochs_add(reg, caller_epoch) == 0;
         return data;
@@ -1560,9 +1597,17 @@ static int pyfini__state_track_impl(pyfini__registry *reg, const pyfini_state_de
                  rec == NULL ? "does not exist in this interpreter" : "is being cleared or freed");
         return pyfini__fail(PyExc_RuntimeError, msg);
     }
+    if (PyType_Check(obj) && !PyType_HasFeature(PYFINI_CAST(PyTypeObject *, obj),
+                                                Py_TPFLAGS_HEAPTYPE)) {
+        return pyfini__fail(PyExc_ValueError, "pyfini_track: a static type never dies; "
+                                              "track heap types and instances");
+    }
     PyObject *wr = PyWeakref_NewRef(obj, NULL);
     if (wr == NULL) {
         return pyfini__fail_from_exception("pyfini_track");
+    }
+    if (rec->ntracked == rec->cap_tracked) {
+        pyfini__track_prune(rec);   /* first drop the references whose objects died */
     }
     if (rec->ntracked == rec->cap_tracked) {
         size_t cap = rec->cap_tracked ? 2 * rec->cap_tracked : 16;
@@ -1597,24 +1642,20 @@ static int pyfini__state_warnings_impl(pyfini__registry *reg, const pyfini_state
     return prev;
 }
 
-/* The referent of a weak reference (new reference), or NULL if it died. */
-static inline PyObject *pyfini__weakref_get(PyObject *wr)
+/* Drop the weak references whose objects have died. */
+static inline void pyfini__track_prune(pyfini__state_rec *rec)
 {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *o = NULL;
-    if (PyWeakref_GetRef(wr, &o) < 0) {   /* gh-105927: 3.13 */
-        PyErr_Clear();
-        return NULL;
+    size_t kept = 0;
+    for (size_t i = 0; i < rec->ntracked; i++) {
+        PyObject *o = pyfini__weakref_get(rec->tracked[i]);
+        if (o != NULL) {
+            rec->tracked[kept++] = rec->tracked[i];
+            Py_DECREF(o);
+        } else {
+            Py_DECREF(rec->tracked[i]);
+        }
     }
-    return o;
-#else
-    PyObject *o = PyWeakref_GetObject(wr);
-    if (o == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    return o == Py_None ? NULL : Py_NewRef(o);
-#endif
+    rec->ntracked = kept;
 }
 
 static inline int pyfini__env_is(const char *name, const char *value)
@@ -1625,44 +1666,135 @@ static inline int pyfini__env_is(const char *name, const char *value)
 
 static inline size_t pyfini__state_report(pyfini__registry *reg, pyfini__state_rec *rec)
 {
+    /* drop dead and repeated references first: count distinct live objects */
     size_t alive = 0;
-    int quiet = !rec->leak_warnings || pyfini__env_is("PYFINI_LEAK_WARNINGS", "0");
     for (size_t i = 0; i < rec->ntracked; i++) {
+        PyObject *o = pyfini__weakref_get(rec->tracked[i]);
+        int dup = 0;
+        for (size_t j = 0; o != NULL && j < alive && !dup; j++) {
+            PyObject *p = pyfini__weakref_get(rec->tracked[j]);
+            dup = p == o;
+            Py_XDECREF(p);
+        }
+        Py_XDECREF(o);
+        if (o == NULL || dup) {
+            Py_DECREF(rec->tracked[i]);
+        } else {
+            rec->tracked[alive++] = rec->tracked[i];
+        }
+    }
+    rec->ntracked = alive;
+    if (alive == 0 || !rec->leak_warnings || pyfini__env_is("PYFINI_LEAK_WARNINGS", "0")) {
+        return alive;
+    }
+    fprintf(stderr, "pyfini: leak in interpreter %lld, state \"%s\": %zu tracked object%s "
+                    "still alive at POST_SHUTDOWN\n",
+            (long long)reg->interp_id, rec->name, alive, alive == 1 ? "" : "s");
+    for (size_t i = 0; i < alive && i < 20; i++) {
         PyObject *o = pyfini__weakref_get(rec->tracked[i]);
         if (o == NULL) {
             continue;
         }
-        if (alive == 0 && !quiet) {
-            size_t total = 0;
-            for (size_t j = i; j < rec->ntracked; j++) {
-                PyObject *p = pyfini__weakref_get(rec->tracked[j]);
-                total += p != NULL;
-                Py_XDECREF(p);
-            }
-            fprintf(stderr, "pyfini: leak in interpreter %lld, state \"%s\": %zu tracked object%s "
-                            "still alive at POST_SHUTDOWN\n",
-                    (long long)reg->interp_id, rec->name, total, total == 1 ? "" : "s");
-        }
-        alive++;
-        if (!quiet && alive <= 20) {
-            int is_type = PyType_Check(o);
-            fprintf(stderr, "pyfini:  - %s %s at %p, reference count %zd\n",
-                    is_type ? "type" : Py_TYPE(o)->tp_name,
-                    is_type ? PYFINI_CAST(PyTypeObject *, o)->tp_name : "object",
-                    PYFINI_CAST(void *, o), (Py_ssize_t)(Py_REFCNT(o) - 1));
-        }
+        int is_type = PyType_Check(o);
+        fprintf(stderr, "pyfini:  - %s %s at %p, reference count %zd\n",
+                is_type ? "type" : Py_TYPE(o)->tp_name,
+                is_type ? PYFINI_CAST(PyTypeObject *, o)->tp_name : "object",
+                PYFINI_CAST(void *, o), (Py_ssize_t)(Py_REFCNT(o) - 1));
         Py_DECREF(o);
     }
-    if (alive > 0 && !quiet) {
-        if (alive > 20) {
-            fprintf(stderr, "pyfini:  - ... and %zu more\n", alive - 20);
-        }
-        fprintf(stderr, "pyfini: state \"%s\" is not freed: leaked objects may still use it "
-                        "(likely cause: a missing Py_DECREF, or a reference cycle through a C "
-                        "object without tp_traverse)\n", rec->name);
-        fflush(stderr);
+    if (alive > 20) {
+        fprintf(stderr, "pyfini:  - ... and %zu more\n", alive - 20);
     }
+    fprintf(stderr, "pyfini: state \"%s\" is not freed: leaked objects may still use it "
+                    "(likely cause: a missing Py_DECREF, or a reference cycle through a C "
+                    "object without tp_traverse)\n", rec->name);
+    fflush(stderr);
     return alive;
+}
+
+/* Is heap type `type` held only by its own reference cycles (tp_mro, the
+   descriptors in its dict, ...)? A small version of the GC's test, on the
+   objects reachable from the type without entering other types or modules:
+   every one of them must be referenced only from inside that set (plus the
+   caller's one reference to the type). Conservative: 0 when unsure. */
+typedef struct pyfini__island {
+    PyObject **objs;
+    Py_ssize_t *internal;
+    size_t n, cap;
+    PyObject *type;
+    int overflow;
+    int counting;
+} pyfini__island;
+
+static inline long pyfini__island_find(pyfini__island *is, PyObject *o)
+{
+    for (size_t i = 0; i < is->n; i++) {
+        if (is->objs[i] == o) {
+            return (long)i;
+        }
+    }
+    return -1;
+}
+
+static int pyfini__island_visit(PyObject *o, void *arg)
+{
+    pyfini__island *is = PYFINI_CAST(pyfini__island *, arg);
+    if (o == NULL) {
+        return 0;
+    }
+    long at = pyfini__island_find(is, o);
+    if (is->counting) {
+        if (at >= 0) {
+            is->internal[at]++;
+        }
+        return 0;
+    }
+    if (at >= 0 || !PyObject_IS_GC(o) || PyModule_Check(o) || (PyType_Check(o) && o != is->type)) {
+        return 0;   /* not a container of the type's own, or already in */
+    }
+    if (is->n == is->cap) {
+        is->overflow = 1;
+        return 0;
+    }
+    is->objs[is->n++] = o;
+    return 0;
+}
+
+static inline int pyfini__type_only_self_held(PyObject *type)
+{
+    pyfini__island is;
+    memset(&is, 0, sizeof is);
+    is.cap = 512;
+    is.type = type;
+    is.objs = PYFINI_CAST(PyObject **, PYFINI_CALLOC(is.cap, sizeof(PyObject *)));
+    is.internal = PYFINI_CAST(Py_ssize_t *, PYFINI_CALLOC(is.cap, sizeof(Py_ssize_t)));
+    int only = 0;
+    if (is.objs != NULL && is.internal != NULL) {
+        is.objs[is.n++] = type;
+        for (size_t i = 0; i < is.n && !is.overflow; i++) {   /* collect */
+            traverseproc tr = Py_TYPE(is.objs[i])->tp_traverse;
+            if (tr != NULL) {
+                tr(is.objs[i], pyfini__island_visit, &is);
+            }
+        }
+        if (!is.overflow) {
+            is.counting = 1;
+            for (size_t i = 0; i < is.n; i++) {   /* count references from inside */
+                traverseproc tr = Py_TYPE(is.objs[i])->tp_traverse;
+                if (tr != NULL) {
+                    tr(is.objs[i], pyfini__island_visit, &is);
+                }
+            }
+            only = 1;
+            for (size_t i = 0; i < is.n && only; i++) {
+                Py_ssize_t outside = Py_REFCNT(is.objs[i]) - is.internal[i] - (i == 0 ? 1 : 0);
+                only = outside == 0;
+            }
+        }
+    }
+    PYFINI_FREE(is.objs);
+    PYFINI_FREE(is.internal);
+    return only;
 }
 
 /* POST_SHUTDOWN, after the callbacks: clear every state (newest first),
@@ -1691,27 +1823,18 @@ static inline int pyfini__states_finalize(pyfini__registry *reg)
             PyErr_Restore(type, value, tb);
         }
     }
-    /* Heap types cannot die after the last GC (tp_mro holds the type):
-       once no tracked instance is alive, break the cycles of tracked types. */
-    int instance_alive = 0;
-    for (pyfini__state_rec *r = reg->state_newest; r != NULL && !instance_alive; r = r->older) {
-        for (size_t i = 0; i < r->ntracked && !instance_alive; i++) {
+    /* Heap types cannot die after the last GC (tp_mro holds the type): break
+       the cycles of a tracked type that nothing else holds any more - not an
+       instance, not another interpreter, not another state. */
+    for (pyfini__state_rec *r = reg->state_newest; r != NULL; r = r->older) {
+        for (size_t i = 0; i < r->ntracked; i++) {
             PyObject *o = pyfini__weakref_get(r->tracked[i]);
-            instance_alive = o != NULL && !PyType_Check(o);
-            Py_XDECREF(o);
-        }
-    }
-    if (!instance_alive) {
-        for (pyfini__state_rec *r = reg->state_newest; r != NULL; r = r->older) {
-            for (size_t i = 0; i < r->ntracked; i++) {
-                PyObject *o = pyfini__weakref_get(r->tracked[i]);
-                if (o != NULL && PyType_Check(o) &&
-                    PyType_HasFeature(PYFINI_CAST(PyTypeObject *, o), Py_TPFLAGS_HEAPTYPE) &&
-                    Py_TYPE(o)->tp_clear != NULL) {
-                    Py_TYPE(o)->tp_clear(o);
-                }
-                Py_XDECREF(o);
+            if (o != NULL && PyType_Check(o) &&
+                PyType_HasFeature(PYFINI_CAST(PyTypeObject *, o), Py_TPFLAGS_HEAPTYPE) &&
+                Py_TYPE(o)->tp_clear != NULL && pyfini__type_only_self_held(o)) {
+                Py_TYPE(o)->tp_clear(o);
             }
+            Py_XDECREF(o);
         }
     }
     int kept = 0;
@@ -1747,6 +1870,9 @@ static inline int pyfini__def_check(const pyfini_state_def *def)
     return 0;
 }
 
+static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
+                                       PyInterpreterState *interp, uint64_t epoch);
+
 static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
 {
     PyThreadState *ts = pyfini__tstate();
@@ -1760,12 +1886,33 @@ static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
        so a new interpreter at a freed one's address never hits. */
     PyInterpreterState *interp = ts->interp;
     uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
-    for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
-        pyfini__cache_slot *c = &pyfini__cache[i];
-        if (c->def == def && c->interp == interp && c->epoch == epoch && def != NULL) {
-            return c->data;
+    if (def != NULL) {
+        for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
+            pyfini__cache_slot *c = &pyfini__cache[i];
+            if (c->def == def && c->interp == interp && c->epoch == epoch &&
+                c->name == def->name && c->size == def->size &&
+                c->interp_id == PyInterpreterState_GetID(interp)) {
+                return c->data;
+            }
         }
     }
+    /* slow path; a pending exception (e.g. in tp_dealloc) is kept aside */
+    PyObject *etype, *evalue, *etb;
+    PyErr_Fetch(&etype, &evalue, &etb);
+    void *data = pyfini__state_slow(def, mode, interp, epoch);
+    if (data != NULL || !PyErr_Occurred()) {
+        PyErr_Restore(etype, evalue, etb);
+    } else {
+        Py_XDECREF(etype);   /* pyfini's own error replaces it */
+        Py_XDECREF(evalue);
+        Py_XDECREF(etb);
+    }
+    return data;
+}
+
+static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
+                                       PyInterpreterState *interp, uint64_t epoch)
+{
     if (pyfini__def_check(def) < 0) {
         return NULL;
     }
@@ -1785,6 +1932,8 @@ static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
         c->interp_id = PyInterpreterState_GetID(interp);
         c->epoch = epoch;
         c->def = def;
+        c->name = def->name;
+        c->size = def->size;
         c->data = data;
     }
     return data;
