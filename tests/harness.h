@@ -440,13 +440,19 @@ static PyObject *PyInit__pyfini_test(void) { return PyModuleDef_Init(&test_modul
 
 /* ---------------- interpreter helpers ------------------------------------ */
 
-/* Py_Initialize with the test module; isolated from the user's environment. */
+/* Py_Initialize with the test module; isolated from the user's environment.
+   harness_init_nosite(): also without `site` (and so without .pth files,
+   which on some Python installs import modules into every interpreter). */
+static int harness_no_site;
 static inline void harness_init(void)
 {
     PyImport_AppendInittab("_pyfini_test", PyInit__pyfini_test);
     PyConfig config;
     PyConfig_InitIsolatedConfig(&config);
     config.install_signal_handlers = 0;
+    if (harness_no_site) {
+        config.site_import = 0;
+    }
     PyStatus st = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
     ck_assert_msg(!PyStatus_Exception(st), "Py_InitializeFromConfig failed: %s",
@@ -457,6 +463,12 @@ static inline void run(const char *code)
 {
     int rc = PyRun_SimpleString(code);
     ck_assert_msg(rc == 0, "Python code failed:\n%s", code);
+}
+
+static inline void harness_init_nosite(void)
+{
+    harness_no_site = 1;
+    harness_init();
 }
 
 enum { SUB_LEGACY = 0, SUB_ISOLATED = 1 };
