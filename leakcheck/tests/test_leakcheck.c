@@ -257,10 +257,16 @@ START_TEST(test_bare_legacy)
     if (at_least(3, 14)) {
         ck_assert_msg(r.status == 0, "%d.%d: expected no leak, exit %d\n%s", py_major, py_minor, r.status, tail(r.out));
         no_bytes_meter_leaks(&r);
-    } else if (at_least(3, 12)) {
+    } else if ((py_minor == 12 && py_patch == 1) || (py_minor == 13 && py_patch == 0)) {
+        /* measured here: 77 kB (3.12.1), 147 kB (3.13.0) of objects per cycle */
         ck_assert_str_eq(verdict_of(&r, "py.obj"), "LEAK");
         ck_assert_msg(judged_per_cycle(&r, "py.obj") > 50e3, "py.obj %.0f B/cycle", judged_per_cycle(&r, "py.obj"));
         ck_assert_int_eq(r.status, 1);
+    } else if (at_least(3, 12)) {
+        /* other 3.12/3.13 releases: later fixes changed this (3.13.18: no
+           loss); judged, not asserted */
+        printf("NOTE bare legacy cycle on CPython %d.%d.%d: py.obj %s, %.0f B/cycle\n", py_major,
+               py_minor, py_patch, verdict_of(&r, "py.obj"), judged_per_cycle(&r, "py.obj"));
     }
     free_result(&r);
 }
@@ -402,18 +408,20 @@ START_TEST(test_scan_modules)
     ck_assert_msg(r.status == 1, "scan with a leaking module: exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
     json_t *mods = json_object_get(r.json, "modules");
     ck_assert_int_eq(json_array_size(mods), 3);
-    /* worst first: LEAK rows before ok rows, _pyfini_leak64 is a LEAK row */
+    /* worst first: the leaking module's row before the clean module's row
+       (_json's place depends on the version) */
     size_t i0;
     json_t *m0;
-    int leak_row = 0, ok_seen = 0;
+    int leak_row = 0, clean_seen = 0;
     json_array_foreach(mods, i0, m0) {
         const char *st = json_string_value(json_object_get(json_object_get(m0, "legacy"), "status"));
-        if (!strcmp(json_string_value(json_object_get(m0, "module")), "_pyfini_leak64")) {
+        const char *name = json_string_value(json_object_get(m0, "module"));
+        if (!strcmp(name, "_pyfini_leak64")) {
             ck_assert_msg(strncmp(st, "LEAK +64 B", 10) == 0, "leak64 legacy: %s", st);
-            ck_assert_msg(!ok_seen, "rows not sorted worst first:\n%s", tail(r.out));
+            ck_assert_msg(!clean_seen, "rows not sorted worst first:\n%s", tail(r.out));
             leak_row = 1;
         }
-        if (!strcmp(st, "ok")) ok_seen = 1;
+        if (!strcmp(name, "_pyfini_noleak64")) clean_seen = 1;
     }
     ck_assert(leak_row);
     /* _json itself loses objects per import on 3.12/3.13 (16 objects, 849 B on
