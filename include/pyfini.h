@@ -218,14 +218,18 @@ typedef struct pyfini_state_def {
        discarded and the exception propagates. */
     int (*init)(void *state);
     /* Optional. Runs at POST_SHUTDOWN, after the POST_SHUTDOWN callbacks, in
-       the reverse order of creation; may Py_DECREF what the state owns (no
+       the reverse order of completed inits (a state made inside another's
+       init is cleared after it); may Py_DECREF what the state owns (no
        Python code). During it, lookups of this state return the same
        pointer. Then the memory is freed - unless a tracked object leaked. */
     void (*clear)(void *state);
 } pyfini_state_def;
 
 /* The state `def` of the CURRENT interpreter; created (zero-filled, then
-   def->init) on first use. Thread state: attached. Borrowed: valid until the
+   def->init) on first use. `def` is identified by its address, name and
+   size: give it static storage and never change it (like a PyModuleDef).
+   May be called with an exception set (e.g. from tp_dealloc): it is kept
+   aside and restored, unless pyfini_state fails with its own. Thread state: attached. Borrowed: valid until the
    interpreter's POST_SHUTDOWN (do not keep it across interpreters).
    Fast path: a per-thread cache of (interpreter, interpreter ID, epoch) ->
    state, no lock; the ID is checked when an entry is made, the epoch drops
@@ -250,11 +254,14 @@ PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def);
    type must support weak references (heap types and most classes do), else
    TypeError. 0, or -1 with an exception (RuntimeError if the state does not
    exist or is being cleared).
-   At POST_SHUTDOWN, once every state's clear has run and no tracked
-   non-type object is alive, pyfini breaks the reference cycles of tracked
-   heap types that are still alive (a heap type is in a cycle with its own
-   tp_mro and cannot die after the last GC; nanobind does the same for its
-   types) so that they are freed. Then, for each state with tracked objects
+   At POST_SHUTDOWN, once every state's clear has run, pyfini breaks the
+   reference cycles (metatype tp_clear) of each tracked heap type that is
+   held by nothing but its own cycles - a heap type is in a cycle with its
+   own tp_mro and cannot die after the last GC; nanobind does the same for
+   its types - so that it is freed. A type still held by anything else (an
+   instance, another interpreter, another state) is left intact. Static
+   types are refused (ValueError): they never die. Tracking one object
+   several times counts it once. Then, for each state with tracked objects
    still alive, one report on stderr (unless warnings are off):
        pyfini: leak in interpreter 3, state "mylib.internals.v3": 2 tracked objects still alive at POST_SHUTDOWN
        pyfini:  - type mylib.Node at 0x55.., reference count 3
