@@ -146,6 +146,12 @@ static struct PyModuleDef lib_module = {PyModuleDef_HEAD_INIT, "_zl_pyfini", NUL
 static PyObject *init_raw(void) { return PyModuleDef_Init(&raw_module); }
 static PyObject *init_lib(void) { return PyModuleDef_Init(&lib_module); }
 
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
 static void one_cycle(PyThreadState *main_ts, const char *module)
 {
     PyThreadState *sub = new_sub(SUB_ISOLATED);
@@ -183,15 +189,27 @@ START_TEST(test_zero_loss_against_raw_c_api)
         one_cycle(main_ts, "_zl_pyfini");
     }
     long long py[2] = {0, 0}, mal[2] = {0, 0};
+    long long *dpy[2];   /* per-cycle changes, for the medians */
+    dpy[0] = (long long *)calloc((size_t)cycles, sizeof(long long));
+    dpy[1] = (long long *)calloc((size_t)cycles, sizeof(long long));
     long long rss0 = mm_rss_bytes();
     for (int i = 0; i < cycles; i++) {
         for (int v = 0; v < 2; v++) {
             long long p0 = mm_python_bytes(), m0 = mm_malloc_bytes();
             one_cycle(main_ts, v == 0 ? "_zl_raw" : "_zl_pyfini");
-            py[v] += mm_python_bytes() - p0;
+            dpy[v][i] = mm_python_bytes() - p0;
+            py[v] += dpy[v][i];
             mal[v] += mm_malloc_bytes() - m0;
         }
     }
+    /* a one-time growth of the main interpreter (a table resized, seen once
+       as +131 kB in 2,000 cycles on 3.13.18) lands in one variant's sum by
+       chance: judge the medians, which a loss in every cycle moves */
+    qsort(dpy[0], (size_t)cycles, sizeof(long long), cmp_ll);
+    qsort(dpy[1], (size_t)cycles, sizeof(long long), cmp_ll);
+    long long med_raw = dpy[0][cycles / 2], med_lib = dpy[1][cycles / 2];
+    free(dpy[0]);
+    free(dpy[1]);
     long long rss1 = mm_rss_bytes();
     char *err = stderr_capture_end();
     ck_assert_msg(err[0] == '\0', "unexpected stderr (leak report?):\n%.3000s", err);
@@ -199,13 +217,13 @@ START_TEST(test_zero_loss_against_raw_c_api)
     double py_raw = (double)py[0] / cycles, py_lib = (double)py[1] / cycles;
     double m_raw = (double)mal[0] / cycles, m_lib = (double)mal[1] / cycles;
     printf("NOTE zero loss on CPython %s, %s, %d cycles each: CPython allocators %.1f B/cycle "
-           "raw vs %.1f B/cycle pyfini; malloc in use %.1f vs %.1f B/cycle; RSS %.1f kB/cycle "
-           "(both)\n",
+           "raw vs %.1f B/cycle pyfini (medians %lld vs %lld B); malloc in use %.1f vs %.1f "
+           "B/cycle; RSS %.1f kB/cycle (both)\n",
            PY_VERSION, PY_VERSION_HEX >= 0x030C0000 ? "isolated" : "legacy", cycles, py_raw,
-           py_lib, m_raw, m_lib, (double)(rss1 - rss0) / 1024.0 / (2.0 * cycles));
+           py_lib, med_raw, med_lib, m_raw, m_lib, (double)(rss1 - rss0) / 1024.0 / (2.0 * cycles));
     fflush(stdout);
-    ck_assert_msg(py_lib - py_raw < 1.0, "pyfini loses %.1f B/cycle more than the raw C API "
-                  "in CPython's allocators", py_lib - py_raw);
+    ck_assert_msg(med_lib - med_raw <= 0, "pyfini loses %lld B/cycle (median) more than the raw "
+                  "C API in CPython's allocators", med_lib - med_raw);
     /* pyfini's own records: every one freed, exactly */
     ck_assert_msg(alloc_live == 0, "%ld pyfini records still allocated", alloc_live);
 #if !defined(__SANITIZE_ADDRESS__)
