@@ -17,8 +17,9 @@ all: deps
 deps:
 	@tools/install-deps
 
+# exit 1 means "a LEAK was judged" (CPython 3.12/3.13 lose memory per bare cycle): the demo worked
 demo: all
-	$(BUILD)/pyfini-leakcheck --demo
+	@$(BUILD)/pyfini-leakcheck --demo; rc=$$?; [ $$rc -le 1 ] || exit $$rc
 
 demo-phases: all
 	$(BUILD)/examples/phases_demo
