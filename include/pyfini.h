@@ -1456,6 +1456,24 @@ static inline void pyfini__epochs_bump(pyfini__registry *reg)
     }
 }
 
+/* Double the capacity of an array of n elements (first: the initial
+   capacity); 0, or -1 with the array unchanged. */
+static inline int pyfini__grow(void **arr, size_t *cap, size_t n, size_t elem, size_t first)
+{
+    size_t ncap = *cap ? 2 * *cap : first;
+    void *a = PYFINI_CALLOC(ncap, elem);
+    if (a == NULL) {
+        return -1;
+    }
+    if (n) {
+        memcpy(a, *arr, n * elem);
+    }
+    PYFINI_FREE(*arr);
+    *arr = a;
+    *cap = ncap;
+    return 0;
+}
+
 /* Remember a copy's epoch counter; 0, or -1 (not remembered: don't cache). */
 static inline int pyfini__epochs_add(pyfini__registry *reg, uint64_t *epoch)
 {
@@ -1464,18 +1482,10 @@ static inline int pyfini__epochs_add(pyfini__registry *reg, uint64_t *epoch)
             return 0;
         }
     }
-    if (reg->nepochs == reg->cap_epochs) {
-        size_t cap = reg->cap_epochs ? 2 * reg->cap_epochs : 4;
-        uint64_t **a = PYFINI_CAST(uint64_t **, PYFINI_CALLOC(cap, sizeof(uint64_t *)));
-        if (a == NULL) {
-            return -1;
-        }
-        if (reg->nepochs) {
-            memcpy(a, reg->epochs, reg->nepochs * sizeof(uint64_t *));
-        }
-        PYFINI_FREE(reg->epochs);
-        reg->epochs = a;
-        reg->cap_epochs = cap;
+    if (reg->nepochs == reg->cap_epochs &&
+        pyfini__grow(PYFINI_CAST(void **, &reg->epochs), &reg->cap_epochs, reg->nepochs,
+                     sizeof(uint64_t *), 4) < 0) {
+        return -1;
     }
     reg->epochs[reg->nepochs++] = epoch;
     return 0;
@@ -1616,21 +1626,13 @@ static int pyfini__state_track_impl(pyfini__registry *reg, const pyfini_state_de
     if (rec->ntracked == rec->cap_tracked) {
         pyfini__track_prune(rec);   /* first drop the references whose objects died */
     }
-    if (rec->ntracked == rec->cap_tracked) {
-        size_t cap = rec->cap_tracked ? 2 * rec->cap_tracked : 16;
-        PyObject **a = PYFINI_CAST(PyObject **, PYFINI_CALLOC(cap, sizeof(PyObject *)));
-        if (a == NULL) {
-            Py_DECREF(wr);
-            pyfini__fail(NULL, "out of memory");
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (rec->ntracked) {
-            memcpy(a, rec->tracked, rec->ntracked * sizeof(PyObject *));
-        }
-        PYFINI_FREE(rec->tracked);
-        rec->tracked = a;
-        rec->cap_tracked = cap;
+    if (rec->ntracked == rec->cap_tracked &&
+        pyfini__grow(PYFINI_CAST(void **, &rec->tracked), &rec->cap_tracked, rec->ntracked,
+                     sizeof(PyObject *), 16) < 0) {
+        Py_DECREF(wr);
+        pyfini__fail(NULL, "out of memory");
+        PyErr_NoMemory();
+        return -1;
     }
     rec->tracked[rec->ntracked++] = wr;
     return 0;
