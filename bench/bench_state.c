@@ -2,20 +2,29 @@
  * what pyfini adds to a sub-interpreter's create-and-end cycle. Figures, not
  * pass/fail; ratios side by side in one run.
  *
- *   lookups (ns per lookup, best of 5 runs of N lookups each):
+ *   lookups (ns per lookup, best of 5 runs of N lookups each), measured in
+ *   the program and in a shared object (where thread-locals go through
+ *   __tls_get_addr, as in an extension module):
  *     thread-local pointer read   the limit: a plain _Thread_local variable
+ *     CPython thread-state fetch  PyThreadState_GetUnchecked()->interp: the
+ *                                 floor of any per-interpreter lookup
  *     pyfini_state() hit          pyfini's per-thread cache
  *     state dict + dict lookup    PyInterpreterState_GetDict() + PyDict_GetItemWithError()
  *     module state by def         PyType_GetModuleByDef() + PyModule_GetState()
- *   cycles (ms per create/end of an isolated sub-interpreter; legacy on 3.11),
- *     interleaved: bare vs with pyfini (all four phases used, one state).
+ *   cycles (ms per create/end of an isolated sub-interpreter; legacy on 3.11):
+ *     rounds of bare, bare again (the A/A control: what noise alone shows)
+ *     and with pyfini (all four phases used, one state), in rotating order;
+ *     the median of the per-round ratios with a 95 % confidence interval.
  *
- * usage: bench_state [lookups] [cycles]   (defaults 20000000 and 300)
+ * usage: bench_state [lookups] [rounds]   (defaults 20000000 and 300)
  */
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "pyfini.h"
+#include "lookups.h"
 
 static double now(void)
 {
@@ -23,14 +32,6 @@ static double now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
-
-typedef struct {
-    long counter;
-} bench_state;
-static const pyfini_state_def bench_def = {"pyfini.bench.state", sizeof(bench_state), NULL, NULL};
-
-static _Thread_local bench_state *tls_state;
-static volatile uintptr_t sink;
 
 /* ---- a module with state, and a type defined by it ------------------------- */
 typedef struct {
@@ -53,49 +54,11 @@ static PyModuleDef bench_module = {PyModuleDef_HEAD_INIT, "_pyfini_bench", NULL,
                                    NULL, bench_slots, NULL, NULL, NULL};
 static PyObject *init_bench(void) { return PyModuleDef_Init(&bench_module); }
 
-typedef enum { TLS, PYFINI, STATE_DICT, MODULE_DEF, NKINDS } kind;
-static const char *kind_name[NKINDS] = {"thread-local pointer read", "pyfini_state() hit",
-                                        "state dict + dict lookup", "module state by def"};
+static const char *kind_name[BENCH_NKINDS] = {
+    "thread-local pointer read", "CPython thread-state fetch", "pyfini_state() hit",
+    "state dict + dict lookup", "module state by def"};
 
-static double run_lookups(kind k, long n, PyObject *key, PyTypeObject *type)
-{
-    double best = 1e30;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now();
-        switch (k) {
-        case TLS:
-            for (long i = 0; i < n; i++) {
-                sink += (uintptr_t)tls_state;
-                __asm__ volatile("" ::: "memory");   /* one real TLS read per iteration */
-            }
-            break;
-        case PYFINI:
-            for (long i = 0; i < n; i++) {
-                sink += (uintptr_t)pyfini_state(&bench_def);
-            }
-            break;
-        case STATE_DICT:
-            for (long i = 0; i < n; i++) {
-                PyObject *d = PyInterpreterState_GetDict(PyInterpreterState_Get());
-                PyObject *cap = PyDict_GetItemWithError(d, key);
-                sink += (uintptr_t)PyCapsule_GetPointer(cap, "pyfini.bench");
-            }
-            break;
-        case MODULE_DEF:
-            for (long i = 0; i < n; i++) {
-                PyObject *m = PyType_GetModuleByDef(type, &bench_module);
-                sink += (uintptr_t)PyModule_GetState(m);
-            }
-            break;
-        default:
-            break;
-        }
-        double dt = now() - t0;
-        best = dt < best ? dt : best;
-    }
-    return best / (double)n * 1e9;
-}
-
+/* ---- cycles ----------------------------------------------------------------- */
 static int noop_cb(void *arg)
 {
     (void)arg;
@@ -148,10 +111,81 @@ static double one_cycle(PyThreadState *main_ts, int with_pyfini, int subject_imp
     return now() - t0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median of v[0..n) and a 95 % confidence interval of the median from order
+   statistics (normal approximation of the binomial); sorts v */
+static void median_ci(double *v, int n, double *med, double *lo, double *hi)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    *med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+    double half = 0.98 * sqrt((double)n);   /* 1.96 * sqrt(n) / 2 */
+    int l = (int)floor(n / 2.0 - half), h = (int)ceil(n / 2.0 + half);
+    *lo = v[l < 0 ? 0 : l];
+    *hi = v[h > n - 1 ? n - 1 : h];
+}
+
+enum { BARE, BARE_AGAIN, WITH_PYFINI, NVARIANTS };
+
+static void cycles(PyThreadState *main_ts, int rounds)
+{
+    for (int i = 0; i < 20; i++) {   /* warm-up */
+        one_cycle(main_ts, i & 1, i & 2);
+    }
+    printf("\nsub-interpreter create/end cycle (%s), %d rounds; each round runs bare, bare again "
+           "and with pyfini in rotating order:\n",
+           PY_VERSION_HEX >= 0x030C0000 ? "isolated" : "legacy", rounds);
+    printf("  %-40s %9s %9s   %-26s %-26s\n", "subject", "bare ms", "pyfini ms",
+           "pyfini / bare (95% CI)", "A/A control (95% CI)");
+    double *t[NVARIANTS], *ratio = (double *)malloc(sizeof(double) * (size_t)rounds),
+                           *control = (double *)malloc(sizeof(double) * (size_t)rounds);
+    for (int v = 0; v < NVARIANTS; v++) {
+        t[v] = (double *)malloc(sizeof(double) * (size_t)rounds);
+    }
+    for (int threading = 1; threading >= 0; threading--) {
+        for (int r = 0; r < rounds; r++) {
+            for (int j = 0; j < NVARIANTS; j++) {
+                int v = (r + j) % NVARIANTS;
+                t[v][r] = one_cycle(main_ts, v == WITH_PYFINI, threading);
+            }
+            ratio[r] = t[WITH_PYFINI][r] / t[BARE][r];
+            control[r] = t[BARE_AGAIN][r] / t[BARE][r];
+        }
+        double bm, pm, rm, rl, rh, cm, cl, ch, lo, hi;
+        median_ci(t[BARE], rounds, &bm, &lo, &hi);
+        median_ci(t[WITH_PYFINI], rounds, &pm, &lo, &hi);
+        median_ci(ratio, rounds, &rm, &rl, &rh);
+        median_ci(control, rounds, &cm, &cl, &ch);
+        char rs[64], cs[64];
+        snprintf(rs, sizeof rs, "%+.1f%% (%+.1f..%+.1f)", (rm - 1) * 100, (rl - 1) * 100,
+                 (rh - 1) * 100);
+        snprintf(cs, sizeof cs, "%+.1f%% (%+.1f..%+.1f)", (cm - 1) * 100, (cl - 1) * 100,
+                 (ch - 1) * 100);
+        printf("  %-40s %9.3f %9.3f   %-26s %-26s\n",
+               threading ? "imports threading (typical program)"
+                         : "empty (PRE_SHUTDOWN imports threading)",
+               bm * 1e3, pm * 1e3, rs, cs);
+    }
+    printf("  with pyfini = a callback in each of the four phases + one state (goal: <= 2 %% added)\n");
+    for (int v = 0; v < NVARIANTS; v++) {
+        free(t[v]);
+    }
+    free(ratio);
+    free(control);
+}
+
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? atol(argv[1]) : 20000000L;
-    int cycles = argc > 2 ? atoi(argv[2]) : 300;
+    int rounds = argc > 2 ? atoi(argv[2]) : 300;
+    if (n < 4 || rounds < 1) {
+        fprintf(stderr, "usage: bench_state [lookups >= 4] [rounds >= 1]\n");
+        return 2;
+    }
     PyImport_AppendInittab("_pyfini_bench", init_bench);
     Py_Initialize();
     printf("pyfini %d.%d.%d benchmarks on CPython %s%s\n", PYFINI_VERSION_MAJOR,
@@ -162,52 +196,32 @@ int main(int argc, char **argv)
            ""
 #endif
     );
-    tls_state = (bench_state *)pyfini_state(&bench_def);
     PyObject *key = PyUnicode_FromString("pyfini.bench.key");
-    PyObject *cap = PyCapsule_New(tls_state, "pyfini.bench", NULL);
-    PyDict_SetItem(PyInterpreterState_GetDict(PyInterpreterState_Get()), key, cap);
-    Py_DECREF(cap);
     PyObject *mod = PyImport_ImportModule("_pyfini_bench");
     PyObject *type = mod ? PyObject_GetAttrString(mod, "T") : NULL;
-    if (type == NULL) {
+    double ns[2][BENCH_NKINDS];
+    if (type == NULL ||
+        bench_lookups_program(n, key, (PyTypeObject *)type, &bench_module, ns[0]) < 0 ||
+        bench_lookups_shared(n, key, (PyTypeObject *)type, &bench_module, ns[1]) < 0) {
         PyErr_Print();
         return 1;
     }
-
-    double ns[NKINDS];
-    for (int k = 0; k < NKINDS; k++) {
-        ns[k] = run_lookups((kind)k, k >= STATE_DICT ? n / 4 : n, key, (PyTypeObject *)type);
+    printf("\nlookup of per-interpreter state (%ld lookups, best of 5), ns per lookup and x the "
+           "thread-local read:\n",
+           n);
+    printf("  %-28s %18s %18s\n", "method", "in the program", "in a shared object");
+    for (int k = 0; k < BENCH_NKINDS; k++) {
+        printf("  %-28s %8.2f %7.1fx  %8.2f %7.1fx\n", kind_name[k], ns[0][k],
+               ns[0][k] / ns[0][BENCH_TLS], ns[1][k], ns[1][k] / ns[1][BENCH_TLS]);
     }
-    printf("\nlookup of per-interpreter state (%ld lookups, best of 5):\n", n);
-    printf("  %-28s %8s %14s\n", "method", "ns", "x TLS read");
-    for (int k = 0; k < NKINDS; k++) {
-        printf("  %-28s %8.2f %14.1f\n", kind_name[k], ns[k], ns[k] / ns[TLS]);
+    for (int s = 0; s < 2; s++) {
+        printf("  %s: hit %.1fx the thread-local read (goal <= 2x), %.1fx faster than the state "
+               "dict (goal >= 10x); pyfini's own share over CPython's fetch: %.2f ns\n",
+               s ? "shared object" : "program", ns[s][BENCH_PYFINI] / ns[s][BENCH_TLS],
+               ns[s][BENCH_STATE_DICT] / ns[s][BENCH_PYFINI],
+               ns[s][BENCH_PYFINI] - ns[s][BENCH_TSTATE]);
     }
-    printf("  pyfini_state() hit is %.1fx the plain thread-local read (goal: <= 2x) and "
-           "%.1fx faster than the state-dict lookup (goal: >= 10x)\n",
-           ns[PYFINI] / ns[TLS], ns[STATE_DICT] / ns[PYFINI]);
-
-    PyThreadState *main_ts = PyThreadState_Get();
-    for (int i = 0; i < 20; i++) {   /* warm-up */
-        one_cycle(main_ts, i & 1, i & 2);
-    }
-    /* [subject imports threading][with pyfini] */
-    double t[2][2] = {{0, 0}, {0, 0}};
-    for (int i = 0; i < cycles; i++) {
-        for (int th = 0; th < 2; th++) {
-            for (int pf = 0; pf < 2; pf++) {
-                t[th][pf] += one_cycle(main_ts, pf, th);
-            }
-        }
-    }
-    printf("\nsub-interpreter create/end cycle (%s, %d interleaved cycles each), ms per cycle:\n",
-           PY_VERSION_HEX >= 0x030C0000 ? "isolated" : "legacy", cycles);
-    printf("  %-44s %10s %12s %10s\n", "subject", "bare", "with pyfini", "added");
-    printf("  %-44s %10.3f %12.3f %+9.2f%%\n", "imports threading (typical program)",
-           t[1][0] / cycles * 1e3, t[1][1] / cycles * 1e3, (t[1][1] / t[1][0] - 1.0) * 100.0);
-    printf("  %-44s %10.3f %12.3f %+9.2f%%\n", "empty (pyfini's PRE_SHUTDOWN imports threading)",
-           t[0][0] / cycles * 1e3, t[0][1] / cycles * 1e3, (t[0][1] / t[0][0] - 1.0) * 100.0);
-    printf("  with pyfini = all four phases registered + one state (goal: <= 2 %% added)\n");
+    cycles(PyThreadState_Get(), rounds);
     Py_DECREF(type);
     Py_DECREF(mod);
     Py_DECREF(key);

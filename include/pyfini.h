@@ -98,8 +98,10 @@ extern "C" {
 #define PYFINI_FUNC static inline
 #if defined(__GNUC__) || defined(__clang__)
 #  define PYFINI__UNUSED __attribute__((unused))
+#  define PYFINI__NOINLINE __attribute__((noinline))
 #else
 #  define PYFINI__UNUSED
+#  define PYFINI__NOINLINE
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -231,11 +233,12 @@ typedef struct pyfini_state_def {
    May be called with an exception set (e.g. from tp_dealloc): it is kept
    aside and restored, unless pyfini_state fails with its own. Thread state: attached. Borrowed: valid until the
    interpreter's POST_SHUTDOWN (do not keep it across interpreters).
-   Fast path: a per-thread cache of (interpreter, interpreter ID, epoch) ->
-   state, no lock; the ID is checked when an entry is made, the epoch drops
-   every entry of an interpreter whose states were freed (so also when a new
-   interpreter lands at its address, or after Py_FinalizeEx/Py_Initialize,
-   when IDs start again at 0).
+   Fast path: a per-thread cache of (def, interpreter, epoch) -> state, no
+   lock, no call into CPython but the one for the thread state (a hit is about
+   1 ns over that call; see bench/). The epoch changes at the POST_SHUTDOWN of
+   every interpreter whose states this copy cached, so a new interpreter at
+   an ended one's address never hits (an interpreter ID alone would not do:
+   IDs start again at 0 after Py_FinalizeEx + Py_Initialize).
    NULL with an exception on failure: TypeError (def or def->name NULL),
    ValueError (size 0 without init; the name already used with another size),
    MemoryError, RuntimeError (called again from its own init; the state was
@@ -393,7 +396,6 @@ PYFINI__UNUSED static PYFINI_THREAD_LOCAL int pyfini__in_temporary_tstate = 0;
 #define PYFINI__CACHE_SLOTS 8
 typedef struct pyfini__cache_slot {
     PyInterpreterState *interp;
-    int64_t interp_id;
     uint64_t epoch;
     const pyfini_state_def *def;
     const char *name;                    /* def->name and def->size when cached */
@@ -1882,33 +1884,19 @@ static inline int pyfini__def_check(const pyfini_state_def *def)
 static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
                                        PyInterpreterState *interp, uint64_t epoch);
 
-static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
+/* The miss path: no thread state, an empty or stale cache slot, or bad
+   input. Kept out of line so that a hit is a few loads in the caller. A
+   pending exception (e.g. in tp_dealloc) is kept aside. */
+static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, int mode,
+                                                 PyThreadState *ts, uint64_t epoch)
 {
-    PyThreadState *ts = pyfini__tstate();
     if (ts == NULL) {
         pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first");
         return NULL;
     }
-    /* fast path: this thread's cache, no lock. The thread state's
-       interpreter is read from the (non-limited API) struct; the epoch
-       changes whenever states of an interpreter this copy cached are freed,
-       so a new interpreter at a freed one's address never hits. */
-    PyInterpreterState *interp = ts->interp;
-    uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
-    if (def != NULL) {
-        for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
-            pyfini__cache_slot *c = &pyfini__cache[i];
-            if (c->def == def && c->interp == interp && c->epoch == epoch &&
-                c->name == def->name && c->size == def->size &&
-                c->interp_id == PyInterpreterState_GetID(interp)) {
-                return c->data;
-            }
-        }
-    }
-    /* slow path; a pending exception (e.g. in tp_dealloc) is kept aside */
     PyObject *etype, *evalue, *etb;
     PyErr_Fetch(&etype, &evalue, &etb);
-    void *data = pyfini__state_slow(def, mode, interp, epoch);
+    void *data = pyfini__state_slow(def, mode, ts->interp, epoch);
     if (data != NULL || !PyErr_Occurred()) {
         PyErr_Restore(etype, evalue, etb);
     } else {
@@ -1917,6 +1905,33 @@ static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
         Py_XDECREF(etb);
     }
     return data;
+}
+
+static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
+{
+    /* fast path: this thread's cache, no lock, no call but CPython's for the
+       thread state. The interpreter is read from the (non-limited API)
+       thread-state struct. An entry is made with the interpreter's ID
+       checked; the epoch changes whenever any interpreter whose states this
+       copy cached reaches POST_SHUTDOWN, so a new interpreter at a freed
+       one's address (or after Py_FinalizeEx + Py_Initialize, when IDs start
+       again) never hits. */
+    PyThreadState *ts = pyfini__tstate();
+    uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
+    if (ts != NULL && def != NULL) {
+        PyInterpreterState *interp = ts->interp;
+        /* one thread-local address computation (a __tls_get_addr call in a
+           shared object) for the whole scan */
+        const pyfini__cache_slot *cache = pyfini__cache;
+        for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
+            const pyfini__cache_slot *c = &cache[i];
+            if (c->def == def && c->interp == interp && c->epoch == epoch &&
+                c->name == def->name && c->size == def->size) {
+                return c->data;
+            }
+        }
+    }
+    return pyfini__state_miss(def, mode, ts, epoch);
 }
 
 static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
@@ -1938,7 +1953,6 @@ static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
     if (data != NULL && cacheable) {
         pyfini__cache_slot *c = &pyfini__cache[pyfini__cache_next++ % PYFINI__CACHE_SLOTS];
         c->interp = interp;
-        c->interp_id = PyInterpreterState_GetID(interp);
         c->epoch = epoch;
         c->def = def;
         c->name = def->name;

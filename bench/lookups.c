@@ -1,0 +1,116 @@
+/* bench/lookups.c - the lookup loops of bench_state. Compiled twice: into
+ * the program, and into a shared object, where every _Thread_local access
+ * goes through the dynamic TLS model as it does in an extension module.
+ * LOOKUPS_FN names the entry point of each copy. */
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include "pyfini.h"
+#include "lookups.h"
+
+#ifndef LOOKUPS_FN
+#  error "define LOOKUPS_FN"
+#endif
+
+typedef struct {
+    long counter;
+} bench_state;
+static const pyfini_state_def bench_def = {"pyfini.bench.state", sizeof(bench_state), NULL, NULL};
+
+static _Thread_local bench_state *tls_state;
+static volatile uintptr_t sink;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static PyThreadState *cpython_tstate(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked();
+#else
+    return _PyThreadState_UncheckedGet();
+#endif
+}
+
+/* One lookup each, in a function the compiler may not inline or hoist out of
+   the loop: the unit a binding library's method pays (a thread-local's
+   address, in a shared object a __tls_get_addr call, is computed per call). */
+#define BENCH_NOINLINE __attribute__((noinline))
+static BENCH_NOINLINE void *lookup_tls(void) { return tls_state; }
+static BENCH_NOINLINE void *lookup_tstate(void) { return cpython_tstate()->interp; }
+static BENCH_NOINLINE void *lookup_pyfini(void) { return pyfini_state(&bench_def); }
+static BENCH_NOINLINE void *lookup_state_dict(PyObject *key)
+{
+    PyObject *d = PyInterpreterState_GetDict(PyInterpreterState_Get());
+    return PyCapsule_GetPointer(PyDict_GetItemWithError(d, key), "pyfini.bench");
+}
+static BENCH_NOINLINE void *lookup_module_def(PyTypeObject *type, PyModuleDef *moddef)
+{
+    return PyModule_GetState(PyType_GetModuleByDef(type, moddef));
+}
+
+/* ns per lookup, best of 5 runs of n lookups; -1 with an exception set */
+int LOOKUPS_FN(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+               double ns[BENCH_NKINDS])
+{
+    /* pyfini's state is the one the state dict and the thread-local hold */
+    tls_state = (bench_state *)pyfini_state(&bench_def);
+    if (tls_state == NULL) {
+        return -1;
+    }
+    PyObject *cap = PyCapsule_New(tls_state, "pyfini.bench", NULL);
+    if (cap == NULL || PyDict_SetItem(PyInterpreterState_GetDict(PyInterpreterState_Get()), key,
+                                      cap) < 0) {
+        Py_XDECREF(cap);
+        return -1;
+    }
+    Py_DECREF(cap);
+    for (int k = 0; k < BENCH_NKINDS; k++) {
+        long m = k >= BENCH_STATE_DICT ? n / 4 : n;
+        double best = 1e30;
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now();
+            switch (k) {
+            case BENCH_TLS:
+                for (long i = 0; i < m; i++) {
+                    sink += (uintptr_t)lookup_tls();
+                }
+                break;
+            case BENCH_TSTATE:
+                for (long i = 0; i < m; i++) {
+                    sink += (uintptr_t)lookup_tstate();
+                }
+                break;
+            case BENCH_PYFINI:
+                for (long i = 0; i < m; i++) {
+                    sink += (uintptr_t)lookup_pyfini();
+                }
+                break;
+            case BENCH_STATE_DICT:
+                for (long i = 0; i < m; i++) {
+                    sink += (uintptr_t)lookup_state_dict(key);
+                }
+                break;
+            case BENCH_MODULE_DEF:
+                for (long i = 0; i < m; i++) {
+                    sink += (uintptr_t)lookup_module_def(type, moddef);
+                }
+                break;
+            default:
+                break;
+            }
+            double dt = now() - t0;
+            best = dt < best ? dt : best;
+        }
+        ns[k] = best / (double)m * 1e9;
+    }
+    if (sink == 1) {   /* keep the loads */
+        fputc('\n', stderr);
+    }
+    return 0;
+}
