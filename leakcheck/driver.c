@@ -168,6 +168,9 @@ static void help(void)
         "                    excess bytes per cycle, top 10 per domain; and for own-obmalloc\n"
         "                    configs the obmalloc blocks still in use at each interpreter's end\n"
         "                    (why its arenas are abandoned).  Slower: every allocation is unwound.\n"
+        "                    With each site, the Python traceback tracemalloc recorded for\n"
+        "                    one of its live blocks (CPython 3.12+; tracemalloc's own tables\n"
+        "                    are not counted, so the figures stay those of an untraced run).\n"
         "  --scan            every extension module of the Python (lib-dynload, site-packages,\n"
         "                    or only the --import modules given): does it import in a legacy\n"
         "                    and an isolated interpreter, refuse, crash, hang, lose memory?\n"
@@ -463,8 +466,12 @@ static void print_where(FILE *f, const lc_run *r, const analysis *a)
         lc_fmt_bytes(bb, sizeof bb, ex, 1);
         fprintf(f, "  #%zu %s/cycle in %.2f blocks/cycle, domain %s\n", i + 1, bb, exb, s->domain);
         for (int k = 0; k < s->nframes; k++) fprintf(f, "       %s %s\n", k ? "  " : "at", s->frames[k]);
+        if (s->npyframes) fprintf(f, "       Python (tracemalloc, innermost first):\n");
+        for (int k = 0; k < s->npyframes; k++) fprintf(f, "          %s\n", s->pyframes[k]);
     }
-    fprintf(f, "  (plain malloc() calls are not attributed: see the malloc meter; Python lines are not shown)\n");
+    fprintf(f, "  (plain malloc() calls are not attributed: see the malloc meter)\n");
+    if (!strncmp(r->where_python, "unavailable", 11))
+        fprintf(f, "  (Python lines %s)\n", r->where_python);
 }
 
 static void print_crash(FILE *f, const lc_run *r)
@@ -695,9 +702,13 @@ static json_t *report_json(const lc_run *r, const analysis *a, int exit_status)
             json_object_set_new(sj, "bare_bytes_held", json_integer(s->bytes[1]));
             for (int k = 0; k < s->nframes; k++) json_array_append_new(fr, json_string(s->frames[k]));
             json_object_set_new(sj, "frames", fr);
+            json_t *pf = json_array();
+            for (int k = 0; k < s->npyframes; k++) json_array_append_new(pf, json_string(s->pyframes[k]));
+            json_object_set_new(sj, "python_frames", pf);
             json_array_append_new(w, sj);
         }
         json_object_set_new(o, "where", w);
+        json_object_set_new(o, "where_python", json_string(r->where_python));
     }
     const char *verdict = "no leak";
     if (r->outcome == LC_OUT_CRASH) verdict = "crash";

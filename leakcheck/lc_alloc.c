@@ -176,17 +176,23 @@ static void site_attach(lc_hdr *h, int domain)
         s->info.blocks[k] += 1;
         h->site = id;
         if (k) h->flags |= LC_F_BARE;
+        /* the newest live blocks are the samples: a leak's blocks stay */
+        memmove(&s->info.samples[1], &s->info.samples[0], (LC_SAMPLES - 1) * sizeof(void *));
+        s->info.samples[0] = (void *)(h + 1);
     }
     pthread_mutex_unlock(&lc_site_lock);
 }
 
-static void site_adjust(const lc_hdr *h, int64_t dbytes, int64_t dblocks)
+/* A block of the site was freed (now_ptr NULL) or moved by realloc. */
+static void site_adjust(const lc_hdr *h, int64_t dbytes, int64_t dblocks, void *old_ptr, void *now_ptr)
 {
     pthread_mutex_lock(&lc_site_lock);
     lc_site *s = &lc_sites[h->site - 1];
     int k = (h->flags & LC_F_BARE) != 0;
     s->info.bytes[k] += dbytes;
     s->info.blocks[k] += dblocks;
+    for (int i = 0; i < LC_SAMPLES; i++)
+        if (s->info.samples[i] == old_ptr) s->info.samples[i] = now_ptr;
     pthread_mutex_unlock(&lc_site_lock);
 }
 
@@ -217,13 +223,36 @@ static void obm_untag(lc_hdr *h)
     h->flags &= 0xffu & ~LC_F_OBM;
 }
 
+/* --- tracemalloc's own requests (--where with Python lines) ------------- */
+/* Once lc_alloc_over_tracemalloc() ran, the chain is: caller -> outer hook
+ * (below) -> tracemalloc's hook -> counting wrapper -> original allocator.
+ * Within one outer malloc/calloc/realloc, tracemalloc first forwards the
+ * caller's request (the first top-level call of a counting wrapper), then
+ * allocates for its own tables (every later one; all of them within an outer
+ * free). A top-level call outside any outer hook is tracemalloc's too
+ * (PyTraceMalloc_Track, tracemalloc.stop()): nothing else holds the counting
+ * wrappers directly. */
+static int lc_over_tm;
+static PyMemAllocatorEx lc_tm[3];          /* tracemalloc's hooks */
+static _Thread_local int lc_inner_depth;   /* counting wrappers active on this thread */
+static _Thread_local int lc_tm_depth, lc_tm_free, lc_tm_first_done;
+
+static inline int tm_own_request(void)
+{
+    if (!lc_over_tm || lc_inner_depth > 0) return 0;
+    if (lc_tm_depth == 0 || lc_tm_free || lc_tm_first_done) return 1;
+    lc_tm_first_done = 1;
+    return 0;
+}
+
 /* --- the wrappers -------------------------------------------------------- */
-static void *account_new(void *raw, size_t n, int domain, int large)
+static void *account_new(void *raw, size_t n, int domain, int large, int own)
 {
     lc_hdr *h = raw;
     h->size = n;
     h->site = 0;
     h->flags = (uint32_t)domain;
+    if (own) return h + 1;   /* tracemalloc's tables: never counted */
     if (domain == LC_DOMAIN_RAW && lc_in_pymalloc && !lc_forwarded && n >= lc_outer_size
         && n <= lc_outer_size + 64) {
         lc_forwarded = 1;
@@ -250,6 +279,8 @@ static void *lc_malloc(void *ctx, size_t n)
     PyMemAllocatorEx *o = &lc_orig[d];
     void *p;
     unsigned hits = lc_raw_hits;
+    int own = tm_own_request();
+    lc_inner_depth++;
     if (d == LC_DOMAIN_RAW) {
         p = o->malloc(o->ctx, n + sizeof(lc_hdr));
     } else {
@@ -260,8 +291,9 @@ static void *lc_malloc(void *ctx, size_t n)
         lc_forwarded = 0;
         lc_in_pymalloc--;
     }
+    lc_inner_depth--;
     if (!p) return NULL;
-    return account_new(p, n, d, lc_raw_hits != hits);
+    return account_new(p, n, d, lc_raw_hits != hits, own);
 }
 
 static void *lc_calloc(void *ctx, size_t nelem, size_t elsize)
@@ -272,6 +304,8 @@ static void *lc_calloc(void *ctx, size_t nelem, size_t elsize)
     PyMemAllocatorEx *o = &lc_orig[d];
     void *p;
     unsigned hits = lc_raw_hits;
+    int own = tm_own_request();
+    lc_inner_depth++;
     if (d == LC_DOMAIN_RAW) {
         p = o->calloc(o->ctx, 1, n + sizeof(lc_hdr));
     } else {
@@ -282,8 +316,9 @@ static void *lc_calloc(void *ctx, size_t nelem, size_t elsize)
         lc_forwarded = 0;
         lc_in_pymalloc--;
     }
+    lc_inner_depth--;
     if (!p) return NULL;
-    return account_new(p, n, d, lc_raw_hits != hits);
+    return account_new(p, n, d, lc_raw_hits != hits, own);
 }
 
 static void lc_free(void *ctx, void *ptr)
@@ -294,10 +329,11 @@ static void lc_free(void *ctx, void *ptr)
     if (h->flags & LC_F_COUNTED) {
         int hd = (int)(h->flags & LC_F_DOMAIN);
         count(hd, -(int64_t)h->size, -1);
-        if (h->site) site_adjust(h, -(int64_t)h->size, -1);
+        if (h->site) site_adjust(h, -(int64_t)h->size, -1, ptr, NULL);
         if (h->flags & LC_F_OBM) obm_untag(h);
     }
     PyMemAllocatorEx *o = &lc_orig[d];
+    lc_inner_depth++;
     if (d == LC_DOMAIN_RAW) {
         o->free(o->ctx, h);
     } else {
@@ -305,6 +341,7 @@ static void lc_free(void *ctx, void *ptr)
         o->free(o->ctx, h);
         lc_in_pymalloc--;
     }
+    lc_inner_depth--;
 }
 
 static void *lc_realloc(void *ctx, void *ptr, size_t n)
@@ -317,6 +354,8 @@ static void *lc_realloc(void *ctx, void *ptr, size_t n)
     PyMemAllocatorEx *o = &lc_orig[d];
     unsigned hits = lc_raw_hits;
     lc_hdr *nh;
+    (void)tm_own_request();   /* the block keeps its kind: counted or tracemalloc's */
+    lc_inner_depth++;
     if (d == LC_DOMAIN_RAW) {
         nh = o->realloc(o->ctx, h, n + sizeof(lc_hdr));
     } else {
@@ -327,12 +366,13 @@ static void *lc_realloc(void *ctx, void *ptr, size_t n)
         lc_forwarded = 0;
         lc_in_pymalloc--;
     }
+    lc_inner_depth--;
     if (!nh) return NULL;   /* the old block is untouched */
     nh->size = n;
     if (nh->flags & LC_F_COUNTED) {
         int hd = (int)(nh->flags & LC_F_DOMAIN);
         count(hd, (int64_t)n - (int64_t)old, 0);
-        if (nh->site) site_adjust(nh, (int64_t)n - (int64_t)old, 0);
+        if (nh->site) site_adjust(nh, (int64_t)n - (int64_t)old, 0, ptr, nh + 1);
         if (lc_where && hd != LC_DOMAIN_RAW) {
             obm_untag(nh);
             obm_tag(nh, hd, lc_raw_hits != hits);
@@ -350,6 +390,68 @@ void lc_alloc_install(int where)
         PyMemAllocatorEx w = {&lc_domain_ids[d], lc_malloc, lc_calloc, lc_realloc, lc_free};
         PyMem_SetAllocator(doms[d], &w);
     }
+}
+
+/* The outer hooks: mark the extent of one caller request. */
+typedef struct tm_saved {
+    int free, first_done;
+} tm_saved;
+static inline tm_saved tm_enter(int is_free)
+{
+    tm_saved s = {lc_tm_free, lc_tm_first_done};
+    lc_tm_depth++;
+    lc_tm_free = is_free;
+    lc_tm_first_done = 0;
+    return s;
+}
+static inline void tm_leave(tm_saved s)
+{
+    lc_tm_depth--;
+    lc_tm_free = s.free;
+    lc_tm_first_done = s.first_done;
+}
+static void *lc_tmhook_malloc(void *ctx, size_t n)
+{
+    PyMemAllocatorEx *t = &lc_tm[*(int *)ctx];
+    tm_saved s = tm_enter(0);
+    void *p = t->malloc(t->ctx, n);
+    tm_leave(s);
+    return p;
+}
+static void *lc_tmhook_calloc(void *ctx, size_t nelem, size_t elsize)
+{
+    PyMemAllocatorEx *t = &lc_tm[*(int *)ctx];
+    tm_saved s = tm_enter(0);
+    void *p = t->calloc(t->ctx, nelem, elsize);
+    tm_leave(s);
+    return p;
+}
+static void *lc_tmhook_realloc(void *ctx, void *ptr, size_t n)
+{
+    PyMemAllocatorEx *t = &lc_tm[*(int *)ctx];
+    tm_saved s = tm_enter(0);
+    void *p = t->realloc(t->ctx, ptr, n);
+    tm_leave(s);
+    return p;
+}
+static void lc_tmhook_free(void *ctx, void *ptr)
+{
+    PyMemAllocatorEx *t = &lc_tm[*(int *)ctx];
+    tm_saved s = tm_enter(1);
+    t->free(t->ctx, ptr);
+    tm_leave(s);
+}
+
+void lc_alloc_over_tracemalloc(void)
+{
+    static const PyMemAllocatorDomain doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
+    if (!lc_where || lc_over_tm) return;
+    for (int d = 0; d < 3; d++) {
+        PyMem_GetAllocator(doms[d], &lc_tm[d]);
+        PyMemAllocatorEx w = {&lc_domain_ids[d], lc_tmhook_malloc, lc_tmhook_calloc, lc_tmhook_realloc, lc_tmhook_free};
+        PyMem_SetAllocator(doms[d], &w);
+    }
+    __atomic_store_n(&lc_over_tm, 1, __ATOMIC_RELEASE);
 }
 
 void lc_alloc_totals(int64_t bytes[LC_NDOMAINS], int64_t blocks[LC_NDOMAINS])

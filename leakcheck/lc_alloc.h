@@ -39,13 +39,24 @@ int64_t lc_alloc_obm_end(void);
 
 /* The recorded sites: call fn for each site with live bytes. */
 #define LC_MAX_FRAMES 24
+#define LC_SAMPLES 4
 typedef struct lc_site_info {
     int domain;
     int nframes;
     void *frames[LC_MAX_FRAMES];
     int64_t bytes[2], blocks[2];   /* [0] subject cycles, [1] bare cycles */
+    /* up to LC_SAMPLES of the site's most recent blocks still live (the
+     * pointers Python's allocator API returned; NULL = none): tracemalloc
+     * knows their Python tracebacks */
+    void *samples[LC_SAMPLES];
 } lc_site_info;
 typedef void (*lc_site_fn)(uint32_t id, const lc_site_info *info, void *arg);
 void lc_alloc_foreach_site(lc_site_fn fn, void *arg);
+
+/* After tracemalloc has started (it wraps these wrappers): wrap it in turn
+ * with pass-through hooks that tell the counting wrappers which requests are
+ * the caller's and which are tracemalloc's own tables (not counted: the
+ * figures stay those of an untraced process). Only with where. */
+void lc_alloc_over_tracemalloc(void);
 
 #endif

@@ -25,6 +25,8 @@ typedef struct lc_site {
     int64_t bytes[2], blocks[2];   /* [0] subject, [1] bare cycles */
     int nframes;
     char frames[12][400];
+    int npyframes;            /* Python traceback of a sample block (tracemalloc) */
+    char pyframes[10][400];
 } lc_site;
 
 typedef struct lc_meter_avail {
@@ -64,6 +66,7 @@ typedef struct lc_run {
     long begun_round;
     int begun_judged;
     char where_note[512];
+    char where_python[512];  /* "tracemalloc, N frames" or "unavailable...: why" */
     /* how it ended */
     enum lc_outcome outcome;
     char error_kind[32];

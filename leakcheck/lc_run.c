@@ -97,6 +97,7 @@ static void handle_line(lc_run *r, char *line)
         else if (!strcmp(key, "configs")) lc_scopy(r->configs, sizeof r->configs, val);
         else if (!strcmp(key, "debug")) r->debug = atoi(val);
         else if (!strcmp(key, "where_symbols")) lc_scopy(r->where_note, sizeof r->where_note, val);
+        else if (!strcmp(key, "where_python")) lc_scopy(r->where_python, sizeof r->where_python, val);
         else if (!strcmp(key, "ignored_environment")) {
             size_t l = strlen(r->ignored_env);
             snprintf(r->ignored_env + l, sizeof r->ignored_env - l, "%s%s", l ? " " : "", val);
@@ -156,13 +157,17 @@ static void handle_line(lc_run *r, char *line)
         r->sites[r->nsites++] = s;
         break;
     }
-    case 'F': {
+    case 'F':   /* "F id k text": a C frame of the last site */
+    case 'P': { /* "P id k text": a Python line of the last site */
         unsigned id;
         int k, off = 0;
         if (sscanf(rest, "%u %d %n", &id, &k, &off) < 2 || !r->nsites) return;
         lc_site *s = &r->sites[r->nsites - 1];
-        if (s->id != id || s->nframes >= 12) return;
-        lc_scopy(s->frames[s->nframes++], sizeof s->frames[0], rest + off);
+        if (s->id != id) return;
+        if (line[0] == 'F' && s->nframes < 12)
+            lc_scopy(s->frames[s->nframes++], sizeof s->frames[0], rest + off);
+        else if (line[0] == 'P' && s->npyframes < 10)
+            lc_scopy(s->pyframes[s->npyframes++], sizeof s->pyframes[0], rest + off);
         break;
     }
     case 'X': {

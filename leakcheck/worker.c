@@ -15,6 +15,7 @@
 #include <Python.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -429,13 +430,124 @@ static int cmp_excess(const void *a, const void *b)
     return (x->excess < y->excess) - (x->excess > y->excess);
 }
 
+/* --- Python lines (tracemalloc) ------------------------------------------ */
+/* tracemalloc is CPython's own record of the Python traceback of every block
+ * allocated while it traces. With --where it runs from before the first
+ * cycle; _PyTraceMalloc_GetTraceback (exported by 3.11-3.14, not part of the
+ * documented API: looked up at run time) gives the traceback of one block. */
+#define LC_PY_FRAMES 16
+typedef PyObject *(*lc_get_traceback_fn)(unsigned int domain, uintptr_t ptr);
+static lc_get_traceback_fn py_traceback;
+
+static void start_tracemalloc(void)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    rec("I where_python unavailable on CPython %s: tracemalloc deadlocks in Py_NewInterpreter() "
+        "(its PyMem_RawMalloc hook calls PyGILState_Ensure)", PY_VERSION);
+#else
+    if (PY_VERSION_HEX >= 0x030E0000 && uses_own_obmalloc()) {
+        /* tracemalloc keeps a reference to the file name (an interned
+           string) of every frame it records; an interpreter with its own
+           obmalloc frees its interned strings when it ends (3.14+), and the
+           next lookup in tracemalloc's file-name table reads freed memory */
+        rec("I where_python unavailable for interpreters with their own obmalloc on CPython 3.14+: "
+            "tracemalloc keeps references to their file-name strings, which are freed when the interpreter "
+            "ends (--config legacy or shared-obmalloc shows Python lines)");
+        return;
+    }
+    lc_get_traceback_fn fn;
+    *(void **)&fn = dlsym(RTLD_DEFAULT, "_PyTraceMalloc_GetTraceback");
+    if (!fn) {
+        rec("I where_python unavailable: CPython %s does not export _PyTraceMalloc_GetTraceback", PY_VERSION);
+        return;
+    }
+    PyObject *m = PyImport_ImportModule("_tracemalloc");
+    PyObject *r = m ? PyObject_CallMethod(m, "start", "i", LC_PY_FRAMES) : NULL;
+    Py_XDECREF(m);
+    if (!r) {
+        char err[1000];
+        describe_exception(err, sizeof err);
+        rec("I where_python unavailable: _tracemalloc.start() failed: %s", err);
+        return;
+    }
+    Py_DECREF(r);
+    lc_alloc_over_tracemalloc();
+    py_traceback = fn;
+    rec("I where_python tracemalloc, %d frames", LC_PY_FRAMES);
+#endif
+}
+
+static int importlib_frame(const char *file)
+{
+    return strncmp(file, "<frozen importlib._bootstrap", 28) == 0;
+}
+
+/* "P id k text" records: the Python traceback (innermost first) of the first
+ * of the site's sample blocks tracemalloc knows; runs of import machinery
+ * frames are folded into one line. */
+static void report_python_lines(uint32_t id, const lc_site_info *info)
+{
+    for (int i = 0; i < LC_SAMPLES; i++) {
+        if (!info->samples[i]) continue;
+        PyObject *tb = py_traceback(0, (uintptr_t)info->samples[i]);
+        if (!tb) {
+            PyErr_Clear();
+            continue;
+        }
+        /* (("<unknown>", 0),): traced with no Python frame (allocated from C) */
+        int unknown = PyTuple_Check(tb) && PyTuple_GET_SIZE(tb) == 1;
+        if (unknown) {
+            PyObject *fr = PyTuple_GET_ITEM(tb, 0);
+            const char *file = PyTuple_Check(fr) && PyTuple_GET_SIZE(fr) >= 1
+                                   ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(fr, 0)) : NULL;
+            PyErr_Clear();
+            unknown = file && strcmp(file, "<unknown>") == 0;
+        }
+        if (!PyTuple_Check(tb) || PyTuple_GET_SIZE(tb) == 0 || unknown) {
+            Py_DECREF(tb);
+            continue;
+        }
+        int k = 0, folded = 0;
+        Py_ssize_t n = PyTuple_GET_SIZE(tb);
+        for (Py_ssize_t j = 0; j < n && k < 8; j++) {
+            PyObject *fr = PyTuple_GET_ITEM(tb, j);
+            const char *file = NULL;
+            long line = -1;
+            if (PyTuple_Check(fr) && PyTuple_GET_SIZE(fr) >= 2) {
+                file = PyUnicode_AsUTF8(PyTuple_GET_ITEM(fr, 0));
+                line = PyLong_AsLong(PyTuple_GET_ITEM(fr, 1));
+            }
+            if (!file) {
+                PyErr_Clear();
+                file = "?";
+            }
+            if (importlib_frame(file)) {
+                folded++;
+                if (j + 1 < n) continue;
+            }
+            if (folded) {
+                rec("P %u %d (import machinery, %d frame%s)", id, k++, folded, folded == 1 ? "" : "s");
+                folded = 0;
+                if (importlib_frame(file)) continue;
+            }
+            if (k < 8) rec("P %u %d %s:%ld", id, k++, file, line);
+        }
+        if (n >= LC_PY_FRAMES && k < 9) rec("P %u %d ... (tracemalloc keeps %d frames)", id, k, LC_PY_FRAMES);
+        Py_DECREF(tb);
+        return;
+    }
+    rec("P %u 0 (none: %s)", id,
+        info->samples[0] ? "no Python frame was running (allocated from C)"
+                         : "the site's newest blocks were all freed");
+}
+
 /* Allocator entry points are not the interesting frame: skip them. */
 static int allocator_frame(const lc_frame *f, const char *self_object)
 {
     static const char *const prefixes[] = {
         "PyMem_RawMalloc", "PyMem_RawCalloc", "PyMem_RawRealloc", "PyMem_Malloc", "PyMem_Calloc",
         "PyMem_Realloc", "PyObject_Malloc", "PyObject_Calloc", "PyObject_Realloc", "_PyMem_",
-        "_PyObject_Malloc", "_PyObject_Calloc", "_PyObject_Realloc", "pymalloc_", NULL};
+        "_PyObject_Malloc", "_PyObject_Calloc", "_PyObject_Realloc", "pymalloc_", "tracemalloc_", NULL};
     if (self_object[0] && strcmp(f->object, self_object) == 0) return 1;
     for (int i = 0; prefixes[i]; i++)
         if (strncmp(f->function, prefixes[i], strlen(prefixes[i])) == 0) return 1;
@@ -466,8 +578,19 @@ static void report_where(long n_subject, long n_bare)
         shown[r->info.domain]++;
         rec("W %u %s %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64, r->id, dom[r->info.domain],
             r->info.bytes[0], r->info.blocks[0], r->info.bytes[1], r->info.blocks[1]);
+        /* The wrappers' own frames (this program) come first; tracemalloc's
+           hook sits between the outer and the inner wrapper, and without
+           libpython's symbols it has no name: everything up to the last
+           frame of this program among the first few is allocator. */
+        int first = 0;
+        for (int j = 0; j < r->info.nframes && j < 6; j++) {
+            lc_frame f;
+            lc_symbolise(r->info.frames[j], &f);
+            if (self_object[0] && strcmp(f.object, self_object) == 0 && strncmp(f.function, "lc_tmhook_", 10) == 0)
+                first = j + 1;
+        }
         int k = 0, skipping = 1;
-        for (int j = 0; j < r->info.nframes && k < 12; j++) {
+        for (int j = first; j < r->info.nframes && k < 12; j++) {
             lc_frame f;
             lc_symbolise(r->info.frames[j], &f);
             if (skipping && allocator_frame(&f, self_object)) continue;
@@ -482,6 +605,7 @@ static void report_where(long n_subject, long n_bare)
             }
             k++;
         }
+        if (py_traceback) report_python_lines(r->id, &r->info);
     }
     lc_symbols_close();
     free(l.rows);
@@ -734,6 +858,7 @@ int main(int argc, char **argv)
 #endif
     init_python();
     report_info();
+    if (opt.where) start_tracemalloc();
     if (opt.list_extensions) {
         list_extensions();
         rec("D");

@@ -318,6 +318,16 @@ START_TEST(test_noleak64_repeated)
 }
 END_TEST
 
+static int has_frame_in(json_t *site, const char *name)
+{
+    size_t k;
+    json_t *fr;
+    json_array_foreach(json_object_get(site, "frames"), k, fr) {
+        if (strstr(json_string_value(fr), name)) return 1;
+    }
+    return 0;
+}
+
 static int has_frame(json_t *where, const char *name)
 {
     size_t i, k;
@@ -354,6 +364,14 @@ START_TEST(test_where_names_function)
     }
     ck_assert(found);
     (void)top;
+    /* Python lines: tracemalloc would read freed file-name strings of ended
+       own-obmalloc interpreters on 3.14+ (they free their interned strings) */
+    const char *how = json_string_value(json_object_get(r.json, "where_python"));
+    ck_assert_msg(how != NULL, "no where_python");
+    if (at_least(3, 14))
+        ck_assert_msg(strstr(how, "unavailable for interpreters with their own obmalloc") != NULL, "%s", how);
+    else if (at_least(3, 12))
+        ck_assert_msg(strncmp(how, "tracemalloc", 11) == 0, "%s", how);
     if (at_least(3, 12)) {
         json_t *ob = json_object_get(r.json, "obmalloc_blocks_at_end");
         ck_assert_msg(json_is_object(ob), "isolated: obmalloc blocks at interpreter end not reported:\n%s", tail(r.out));
@@ -364,6 +382,63 @@ START_TEST(test_where_names_function)
             ck_assert_msg(json_integer_value(json_object_get(ob, "max")) == 0, "3.14+: no block left in use");
     }
     free_result(&r);
+}
+END_TEST
+
+/* --where's Python lines come from tracemalloc (CPython 3.12+; 3.11's
+ * tracemalloc deadlocks in Py_NewInterpreter: PyGILState_Ensure in its
+ * PyMem_RawMalloc hook), through _PyTraceMalloc_GetTraceback(). Its own
+ * tables must not be counted: the py meters read the same with --where.
+ * 3.14+: legacy interpreters (own-obmalloc ones: test_where_names_function). */
+static const char python_leak_src[] = "import _pyfini_leak64, _pyfini_keep\n"
+                                      "def make():\n"
+                                      "    return bytearray(3000)\n"
+                                      "_pyfini_keep.keep(make())\n";
+
+START_TEST(test_where_python_lines)
+{
+    /* 3.14+: not with an own obmalloc (see test_where_names_function) */
+    const char *config = at_least(3, 12) && !at_least(3, 14) ? "isolated" : "legacy";
+    result r = run_tool((const char *[]){"--config", config, "--code", python_leak_src, "--cycles", "10", "--warmup",
+                                         "3", "--where", "--json", NULL});
+    result plain = run_tool((const char *[]){"--config", config, "--code", python_leak_src, "--cycles", "10",
+                                             "--warmup", "3", "--json", NULL});
+    ck_assert_msg(r.status == 1 && plain.status == 1, "exit %d / %d\n%s%s", r.status, plain.status, tail(r.out),
+                  tail(r.err));
+    static const char *const exact[] = {"py.raw", "py.mem", "py.obj", "py.obm", "blocks"};
+    for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+        ck_assert_msg(judged_per_cycle(&r, exact[i]) == judged_per_cycle(&plain, exact[i]),
+                      "%s: %.2f/cycle with --where, %.2f without (tracemalloc's tables counted?)", exact[i],
+                      judged_per_cycle(&r, exact[i]), judged_per_cycle(&plain, exact[i]));
+    const char *how = json_string_value(json_object_get(r.json, "where_python"));
+    ck_assert_msg(how != NULL, "no where_python in the JSON document");
+    json_t *where = json_object_get(r.json, "where"), *site, *buf = NULL, *raw = NULL;
+    size_t i;
+    json_array_foreach(where, i, site) {
+        double b = json_number_value(json_object_get(site, "bytes_per_cycle"));
+        double n = json_number_value(json_object_get(site, "blocks_per_cycle"));
+        if (!buf && b >= 3000 && b < 3200 && n == 1) buf = site;   /* one buffer per cycle */
+        if (!raw && has_frame_in(site, "leak64_exec")) raw = site;
+    }
+    ck_assert_msg(buf && raw, "the bytearray's buffer or leak64_exec's block not found:\n%s", tail(r.out));
+    json_t *pf = json_object_get(buf, "python_frames");
+    if (!at_least(3, 12)) {
+        ck_assert_msg(strstr(how, "unavailable on CPython 3.11") != NULL, "3.11: %s", how);
+        ck_assert_int_eq(json_array_size(pf), 0);
+    } else {
+        ck_assert_msg(strncmp(how, "tracemalloc", 11) == 0, "where_python: %s", how);
+        ck_assert_msg(json_array_size(pf) >= 2, "no Python lines for the bytearray:\n%s", tail(r.out));
+        ck_assert_str_eq(json_string_value(json_array_get(pf, 0)), "<--code>:3");
+        ck_assert_str_eq(json_string_value(json_array_get(pf, 1)), "<--code>:4");
+        /* an import's frames are folded; the line that imported follows */
+        json_t *rf = json_object_get(raw, "python_frames");
+        ck_assert_msg(json_array_size(rf) >= 2 &&
+                          strstr(json_string_value(json_array_get(rf, 0)), "import machinery") &&
+                          !strcmp(json_string_value(json_array_get(rf, 1)), "<--code>:1"),
+                      "leak64_exec's Python lines:\n%s", tail(r.out));
+    }
+    free_result(&r);
+    free_result(&plain);
 }
 END_TEST
 
@@ -487,6 +562,7 @@ int main(void)
         {"leak64_isolated", test_leak64_isolated, 120},
         {"noleak64_repeated", test_noleak64_repeated, 300},
         {"where_names_function", test_where_names_function, 120},
+        {"where_python_lines", test_where_python_lines, 180},
         {"json_and_csv", test_json_and_csv, 60},
         {"scan_modules", test_scan_modules, 120},
         {"scan_all", test_scan_all, 600},
