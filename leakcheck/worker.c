@@ -433,9 +433,9 @@ static int cmp_excess(const void *a, const void *b)
 /* --- Python lines (tracemalloc) ------------------------------------------ */
 /* tracemalloc is CPython's own record of the Python traceback of every block
  * allocated while it traces. With --where it runs from before the first
- * cycle; _PyTraceMalloc_GetTraceback (exported by 3.11-3.14, not part of the
+ * cycle; _PyTraceMalloc_GetTraceback (exported by 3.11-3.15, not part of the
  * documented API: looked up at run time) gives the traceback of one block. */
-#define LC_PY_FRAMES 16
+#define LC_PY_FRAMES 8
 typedef PyObject *(*lc_get_traceback_fn)(unsigned int domain, uintptr_t ptr);
 static lc_get_traceback_fn py_traceback;
 
