@@ -233,12 +233,12 @@ typedef struct pyfini_state_def {
    May be called with an exception set (e.g. from tp_dealloc): it is kept
    aside and restored, unless pyfini_state fails with its own. Thread state: attached. Borrowed: valid until the
    interpreter's POST_SHUTDOWN (do not keep it across interpreters).
-   Fast path: a per-thread cache of (def, interpreter, epoch) -> state, no
-   lock, no call into CPython but the one for the thread state (a hit is about
-   1 ns over that call; see bench/). The epoch changes at the POST_SHUTDOWN of
-   every interpreter whose states this copy cached, so a new interpreter at
-   an ended one's address never hits (an interpreter ID alone would not do:
-   IDs start again at 0 after Py_FinalizeEx + Py_Initialize).
+   Fast path: a per-thread cache of (def, interpreter, interpreter ID, epoch)
+   -> state, no lock; calls into CPython for the thread state and the
+   interpreter ID only (see bench/ for figures). A new interpreter at an
+   ended one's address never hits: its ID differs, and the epoch changes at
+   the POST_SHUTDOWN of every interpreter whose states this copy cached (IDs
+   start again at 0 after Py_FinalizeEx + Py_Initialize).
    NULL with an exception on failure: TypeError (def or def->name NULL),
    ValueError (size 0 without init; the name already used with another size),
    MemoryError, RuntimeError (called again from its own init; the state was
@@ -396,6 +396,7 @@ PYFINI__UNUSED static PYFINI_THREAD_LOCAL int pyfini__in_temporary_tstate = 0;
 #define PYFINI__CACHE_SLOTS 8
 typedef struct pyfini__cache_slot {
     PyInterpreterState *interp;
+    int64_t interp_id;
     uint64_t epoch;
     const pyfini_state_def *def;
     const char *name;                    /* def->name and def->size when cached */
@@ -1909,13 +1910,13 @@ static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, in
 
 static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
 {
-    /* fast path: this thread's cache, no lock, no call but CPython's for the
-       thread state. The interpreter is read from the (non-limited API)
-       thread-state struct. An entry is made with the interpreter's ID
-       checked; the epoch changes whenever any interpreter whose states this
-       copy cached reaches POST_SHUTDOWN, so a new interpreter at a freed
-       one's address (or after Py_FinalizeEx + Py_Initialize, when IDs start
-       again) never hits. */
+    /* fast path: this thread's cache, no lock. The interpreter is read from
+       the (non-limited API) thread-state struct. A new interpreter at an
+       ended one's address never hits: its ID differs, and the epoch changes
+       whenever an interpreter whose states this copy cached reaches
+       POST_SHUTDOWN (which also covers Py_FinalizeEx + Py_Initialize, when
+       IDs start again at 0). The ID alone covers an interpreter that ended
+       without POST_SHUTDOWN (its state dict was kept alive by a leak). */
     PyThreadState *ts = pyfini__tstate();
     uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
     if (ts != NULL && def != NULL) {
@@ -1926,7 +1927,8 @@ static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
         for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
             const pyfini__cache_slot *c = &cache[i];
             if (c->def == def && c->interp == interp && c->epoch == epoch &&
-                c->name == def->name && c->size == def->size) {
+                c->name == def->name && c->size == def->size &&
+                c->interp_id == PyInterpreterState_GetID(interp)) {
                 return c->data;
             }
         }
@@ -1953,6 +1955,7 @@ static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
     if (data != NULL && cacheable) {
         pyfini__cache_slot *c = &pyfini__cache[pyfini__cache_next++ % PYFINI__CACHE_SLOTS];
         c->interp = interp;
+        c->interp_id = PyInterpreterState_GetID(interp);
         c->epoch = epoch;
         c->def = def;
         c->name = def->name;

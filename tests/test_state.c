@@ -423,6 +423,42 @@ START_TEST(test_state_cache_follows_interpreters)
 }
 END_TEST
 
+/* An interpreter that ends without POST_SHUTDOWN (a leaked reference keeps
+   its state dict, so pyfini's registry capsule never dies): the next one at
+   its address must not hit its cache entry. Relies on interpreter IDs never
+   being reused within one initialization (PyInterpreterState_GetID). */
+START_TEST(test_state_cache_interp_ended_without_post)
+{
+    harness_init();
+    PyThreadState *main_ts = PyThreadState_Get();
+    int reused = 0;
+    for (int i = 0; i < 4; i++) {
+        PyThreadState *sub = new_sub(SUB_LEGACY);
+        PyInterpreterState *in = PyThreadState_GetInterpreter(sub);
+        lib_state *s = (lib_state *)pyfini_state(&lib_def);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_int_eq(s->inits, 1);
+        s->inits = 1000;                              /* a stale hit would see this */
+        Py_INCREF(PyInterpreterState_GetDict(in));    /* a buggy extension's leak */
+        Py_EndInterpreter(sub);
+        PyThreadState_Swap(main_ts);
+        PyThreadState *next = new_sub(SUB_LEGACY);
+        reused += PyThreadState_GetInterpreter(next) == in;
+        lib_state *n = (lib_state *)pyfini_state(&lib_def);
+        ck_assert_ptr_nonnull(n);
+        ck_assert_ptr_ne(n, s);
+        ck_assert_int_eq(n->inits, 1);
+        Py_EndInterpreter(next);
+        PyThreadState_Swap(main_ts);
+    }
+    if (!reused) {
+        printf("NOTE test_state_cache_interp_ended_without_post on CPython %s: no interpreter was created at an "
+               "ended one's address\n", PY_VERSION);
+    }
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+
 /* ---- leak reports ---------------------------------------------------------- */
 
 static PyObject *leak_many(int n)
@@ -804,6 +840,7 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_control_capsule_destructor_is_use_after_free);
     tcase_add_test(tc, test_state_race_free_creation);
     tcase_add_test(tc, test_state_cache_follows_interpreters);
+    tcase_add_test(tc, test_state_cache_interp_ended_without_post);
     tcase_add_test(tc, test_leak_report);
     tcase_add_test(tc, test_leak_report_silenced);
     tcase_add_test_raise_signal(tc, test_abort_on_leak, SIGABRT);
