@@ -76,6 +76,7 @@ static _Thread_local unsigned lc_raw_hits;
 /* --- attribution sites -------------------------------------------------- */
 typedef struct lc_site {
     uint64_t hash;
+    uint32_t next_sample;   /* round robin over info.samples when all are live */
     lc_site_info info;
 } lc_site;
 
@@ -176,9 +177,16 @@ static void site_attach(lc_hdr *h, int domain)
         s->info.blocks[k] += 1;
         h->site = id;
         if (k) h->flags |= LC_F_BARE;
-        /* the newest live blocks are the samples: a leak's blocks stay */
-        memmove(&s->info.samples[1], &s->info.samples[0], (LC_SAMPLES - 1) * sizeof(void *));
-        s->info.samples[0] = (void *)(h + 1);
+        /* samples (subject cycles' blocks only, the excess is theirs): a
+           free slot first, else round robin; a freed sample frees its slot,
+           so blocks that stay (a leak's) accumulate in the slots */
+        if (!k) {
+            int slot = -1;
+            for (int i = 0; i < LC_SAMPLES && slot < 0; i++)
+                if (!s->info.samples[i]) slot = i;
+            if (slot < 0) slot = (int)(s->next_sample++ % LC_SAMPLES);
+            s->info.samples[slot] = (void *)(h + 1);
+        }
     }
     pthread_mutex_unlock(&lc_site_lock);
 }
@@ -229,9 +237,10 @@ static void obm_untag(lc_hdr *h)
  * Within one outer malloc/calloc/realloc, tracemalloc first forwards the
  * caller's request (the first top-level call of a counting wrapper), then
  * allocates for its own tables (every later one; all of them within an outer
- * free). A top-level call outside any outer hook is tracemalloc's too
- * (PyTraceMalloc_Track, tracemalloc.stop()): nothing else holds the counting
- * wrappers directly. */
+ * free). A top-level call outside any outer hook is counted as the caller's:
+ * after the subject called tracemalloc.stop(), every request arrives that
+ * way (tracemalloc puts back the counting wrappers it wrapped); only the
+ * rare table allocation of PyTraceMalloc_Track() is then counted too. */
 static int lc_over_tm;
 static PyMemAllocatorEx lc_tm[3];          /* tracemalloc's hooks */
 static _Thread_local int lc_inner_depth;   /* counting wrappers active on this thread */
@@ -239,8 +248,8 @@ static _Thread_local int lc_tm_depth, lc_tm_free, lc_tm_first_done;
 
 static inline int tm_own_request(void)
 {
-    if (!lc_over_tm || lc_inner_depth > 0) return 0;
-    if (lc_tm_depth == 0 || lc_tm_free || lc_tm_first_done) return 1;
+    if (!lc_over_tm || lc_inner_depth > 0 || lc_tm_depth == 0) return 0;
+    if (lc_tm_free || lc_tm_first_done) return 1;
     lc_tm_first_done = 1;
     return 0;
 }

@@ -45,8 +45,8 @@ typedef struct lc_site_info {
     int nframes;
     void *frames[LC_MAX_FRAMES];
     int64_t bytes[2], blocks[2];   /* [0] subject cycles, [1] bare cycles */
-    /* up to LC_SAMPLES of the site's most recent blocks still live (the
-     * pointers Python's allocator API returned; NULL = none): tracemalloc
+    /* up to LC_SAMPLES live blocks of the site allocated in subject cycles
+     * (the pointers Python's allocator API returned; NULL = none): tracemalloc
      * knows their Python tracebacks */
     void *samples[LC_SAMPLES];
 } lc_site_info;

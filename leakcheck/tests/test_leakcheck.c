@@ -442,6 +442,28 @@ START_TEST(test_where_python_lines)
 }
 END_TEST
 
+/* 3.14+: a subject that creates an interpreter with its own obmalloc
+ * (concurrent.interpreters' default) would make tracemalloc read freed file
+ * names once it ends: --where stops tracemalloc when the subject creates an
+ * interpreter (audit event cpython.PyInterpreterState_New) and says so. */
+START_TEST(test_where_subject_creates_interpreter)
+{
+    if (!at_least(3, 14)) return;
+    result r = run_tool((const char *[]){"--config", "legacy", "--cycles", "5", "--warmup", "2", "--where", "--json",
+                                         "--code",
+                                         "import concurrent.interpreters as ci\n"
+                                         "i = ci.create()\n"
+                                         "i.exec('import json')\n"
+                                         "i.close()\n",
+                                         NULL});
+    ck_assert_msg(r.status == 0 || r.status == 1, "exit %d (3 = the worker crashed)\n%s%s", r.status, tail(r.out),
+                  tail(r.err));
+    const char *how = json_string_value(json_object_get(r.json, "where_python"));
+    ck_assert_msg(how && strncmp(how, "stopped in cycle 1:", 19) == 0, "where_python: %s", how ? how : "(none)");
+    free_result(&r);
+}
+END_TEST
+
 /* --- output formats ------------------------------------------------------- */
 START_TEST(test_json_and_csv)
 {
@@ -563,6 +585,7 @@ int main(void)
         {"noleak64_repeated", test_noleak64_repeated, 300},
         {"where_names_function", test_where_names_function, 120},
         {"where_python_lines", test_where_python_lines, 180},
+        {"where_subject_creates_interpreter", test_where_subject_creates_interpreter, 120},
         {"json_and_csv", test_json_and_csv, 60},
         {"scan_modules", test_scan_modules, 120},
         {"scan_all", test_scan_all, 600},
