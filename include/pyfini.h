@@ -27,6 +27,9 @@
  *   hook) and ONE process-wide Py_AtExit slot: the registry is an ABI-versioned
  *   structure under the key PYFINI_REGISTRY_KEY in the interpreter state dict,
  *   and every copy calls the functions stored in it by the copy that made it.
+ *   So a shared object holding a copy must stay loaded while an interpreter it
+ *   used is alive (the registry holds its functions and the address of its
+ *   state-cache epoch); CPython never unloads extension modules.
  *
  * COMPILE-TIME OPTIONS (define before including, in every file that includes it)
  *   PYFINI_CALLOC(n, size) / PYFINI_FREE(p)
