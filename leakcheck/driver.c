@@ -20,6 +20,21 @@
 
 #include "lc_driver.h"
 
+/* A JSON string of text that may not be UTF-8 (file names, a crashed
+ * worker's output): jansson refuses invalid UTF-8, so such bytes become '?'. */
+static json_t *lc_json_str(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j || !s) return j;
+    char *c = strdup(s);
+    if (!c) return json_null();
+    for (unsigned char *p = (unsigned char *)c; *p; p++)
+        if (*p >= 0x80) *p = '?';
+    j = json_string(c);
+    free(c);
+    return j ? j : json_null();
+}
+
 /* --- meters -------------------------------------------------------------- */
 const lc_meter_def lc_meters[] = {
     {"rss", LC_V_RSS, 1, 4096,
@@ -597,61 +612,61 @@ static json_t *judgement_json(const lc_judgement *j)
     json_object_set_new(o, "chunk_growth", ch);
     json_object_set_new(o, "late_per_cycle", jnum(j->late_slope));
     json_object_set_new(o, "late_bound", jnum(j->late_bound));
-    json_object_set_new(o, "verdict", json_string(lc_verdict_name(j->verdict)));
+    json_object_set_new(o, "verdict", lc_json_str(lc_verdict_name(j->verdict)));
     return o;
 }
 
 static json_t *python_json(const lc_run *r)
 {
     json_t *py = json_object();
-    json_object_set_new(py, "version", json_string(r->version));
-    json_object_set_new(py, "abiflags", json_string(r->abiflags));
+    json_object_set_new(py, "version", lc_json_str(r->version));
+    json_object_set_new(py, "abiflags", lc_json_str(r->abiflags));
     json_object_set_new(py, "debug", json_boolean(r->debug));
-    json_object_set_new(py, "executable", json_string(r->executable));
-    json_object_set_new(py, "compiler", json_string(r->compiler));
+    json_object_set_new(py, "executable", lc_json_str(r->executable));
+    json_object_set_new(py, "compiler", lc_json_str(r->compiler));
     json_t *cf = json_array();
     char tmp[256];
     lc_scopy(tmp, sizeof tmp, r->configs);
     for (char *save = NULL, *t = strtok_r(tmp, " ", &save); t; t = strtok_r(NULL, " ", &save))
-        json_array_append_new(cf, json_string(t));
+        json_array_append_new(cf, lc_json_str(t));
     json_object_set_new(py, "configs", cf);
-    json_object_set_new(py, "worker", json_string(worker_path));
+    json_object_set_new(py, "worker", lc_json_str(worker_path));
     return py;
 }
 
 static json_t *crash_json(const lc_run *r)
 {
     json_t *c = json_object();
-    json_object_set_new(c, "kind", json_string(r->outcome == LC_OUT_HANG ? "hang" : "crash"));
+    json_object_set_new(c, "kind", lc_json_str(r->outcome == LC_OUT_HANG ? "hang" : "crash"));
     json_object_set_new(c, "signal", r->signal ? json_integer(r->signal) : json_null());
-    json_object_set_new(c, "signal_name", r->signal ? json_string(signal_name(r->signal)) : json_null());
+    json_object_set_new(c, "signal_name", r->signal ? lc_json_str(signal_name(r->signal)) : json_null());
     json_object_set_new(c, "exit_status", r->exit_status >= 0 ? json_integer(r->exit_status) : json_null());
     json_object_set_new(c, "cycle", json_integer(r->begun_seq));
-    json_object_set_new(c, "cycle_kind", json_string(r->begun_kind == 'S' ? "subject" : "bare"));
+    json_object_set_new(c, "cycle_kind", lc_json_str(r->begun_kind == 'S' ? "subject" : "bare"));
     json_object_set_new(c, "round", json_integer(r->begun_seq ? r->begun_round + 1 : 0));
-    json_object_set_new(c, "phase", json_string(r->begun_judged ? "judged" : "warmup"));
+    json_object_set_new(c, "phase", lc_json_str(r->begun_judged ? "judged" : "warmup"));
     json_object_set_new(c, "cycles_finished", json_integer((json_int_t)r->ncyc));
-    json_object_set_new(c, "output_tail", json_string(r->output_tail));
+    json_object_set_new(c, "output_tail", lc_json_str(r->output_tail));
     return c;
 }
 
 static json_t *report_json(const lc_run *r, const analysis *a, int exit_status)
 {
     json_t *o = json_object();
-    json_object_set_new(o, "tool", json_string("pyfini-leakcheck"));
-    json_object_set_new(o, "tool_version", json_string(LC_VERSION));
+    json_object_set_new(o, "tool", lc_json_str("pyfini-leakcheck"));
+    json_object_set_new(o, "tool_version", lc_json_str(LC_VERSION));
     json_object_set_new(o, "python", python_json(r));
-    json_object_set_new(o, "config", json_string(opt.config));
-    json_object_set_new(o, "config_description", json_string(config_description(opt.config)));
+    json_object_set_new(o, "config", lc_json_str(opt.config));
+    json_object_set_new(o, "config_description", lc_json_str(config_description(opt.config)));
     json_t *subj = json_object(), *imps = json_array();
-    for (int i = 0; i < opt.nimports; i++) json_array_append_new(imps, json_string(opt.imports[i]));
+    for (int i = 0; i < opt.nimports; i++) json_array_append_new(imps, lc_json_str(opt.imports[i]));
     json_object_set_new(subj, "imports", imps);
-    json_object_set_new(subj, "code", opt.code ? json_string(opt.code) : json_null());
-    json_object_set_new(subj, "file", opt.file ? json_string(opt.file) : json_null());
+    json_object_set_new(subj, "code", opt.code ? lc_json_str(opt.code) : json_null());
+    json_object_set_new(subj, "file", opt.file ? lc_json_str(opt.file) : json_null());
     json_object_set_new(o, "subject", subj);
     int paired = has_subject() && opt.baseline;
     json_object_set_new(o, "baseline", json_boolean(paired));
-    json_object_set_new(o, "judged", json_string(paired ? "excess" : "raw"));
+    json_object_set_new(o, "judged", lc_json_str(paired ? "excess" : "raw"));
     json_object_set_new(o, "warmup", json_integer(opt.warmup));
     json_object_set_new(o, "cycles", json_integer(opt.cycles));
     json_object_set_new(o, "max_bytes_per_cycle", json_real(opt.max_bytes));
@@ -664,17 +679,17 @@ static json_t *report_json(const lc_run *r, const analysis *a, int exit_status)
         const meter_result *m = &a->m[i];
         json_t *mj = json_object();
         json_object_set_new(mj, "available", json_boolean(m->available));
-        json_object_set_new(mj, "how", json_string(m->how ? m->how : ""));
+        json_object_set_new(mj, "how", lc_json_str(m->how ? m->how : ""));
         json_object_set_new(mj, "bytes_meter", json_boolean(m->def->bytes));
         json_object_set_new(mj, "resolution", json_real(m->def->resolution));
         if (m->available && m->judged) {
             if (m->have_subject) json_object_set_new(mj, "subject", judgement_json(&m->subject));
             if (m->have_bare) json_object_set_new(mj, "bare", judgement_json(&m->bare));
             if (m->have_excess) json_object_set_new(mj, "excess", judgement_json(&m->excess));
-            json_object_set_new(mj, "judged", json_string(m->have_excess ? "excess" : (m->have_subject ? "subject" : "bare")));
-            json_object_set_new(mj, "verdict", json_string(lc_verdict_name(m->verdict)));
+            json_object_set_new(mj, "judged", lc_json_str(m->have_excess ? "excess" : (m->have_subject ? "subject" : "bare")));
+            json_object_set_new(mj, "verdict", lc_json_str(lc_verdict_name(m->verdict)));
         } else {
-            json_object_set_new(mj, "verdict", json_string(m->available ? "no judged cycle" : "unavailable"));
+            json_object_set_new(mj, "verdict", lc_json_str(m->available ? "no judged cycle" : "unavailable"));
         }
         json_object_set_new(ms, m->def->name, mj);
     }
@@ -695,29 +710,29 @@ static json_t *report_json(const lc_run *r, const analysis *a, int exit_status)
             double ex = (double)s->bytes[0] / (double)ns, exb = (double)s->blocks[0] / (double)ns;
             if (nb) ex -= (double)s->bytes[1] / (double)nb, exb -= (double)s->blocks[1] / (double)nb;
             json_t *sj = json_object(), *fr = json_array();
-            json_object_set_new(sj, "domain", json_string(s->domain));
+            json_object_set_new(sj, "domain", lc_json_str(s->domain));
             json_object_set_new(sj, "bytes_per_cycle", json_real(ex));
             json_object_set_new(sj, "blocks_per_cycle", json_real(exb));
             json_object_set_new(sj, "subject_bytes_held", json_integer(s->bytes[0]));
             json_object_set_new(sj, "bare_bytes_held", json_integer(s->bytes[1]));
-            for (int k = 0; k < s->nframes; k++) json_array_append_new(fr, json_string(s->frames[k]));
+            for (int k = 0; k < s->nframes; k++) json_array_append_new(fr, lc_json_str(s->frames[k]));
             json_object_set_new(sj, "frames", fr);
             json_t *pf = json_array();
-            for (int k = 0; k < s->npyframes; k++) json_array_append_new(pf, json_string(s->pyframes[k]));
+            for (int k = 0; k < s->npyframes; k++) json_array_append_new(pf, lc_json_str(s->pyframes[k]));
             json_object_set_new(sj, "python_frames", pf);
             json_array_append_new(w, sj);
         }
         json_object_set_new(o, "where", w);
-        json_object_set_new(o, "where_python", json_string(r->where_python));
+        json_object_set_new(o, "where_python", lc_json_str(r->where_python));
     }
     const char *verdict = "no leak";
     if (r->outcome == LC_OUT_CRASH) verdict = "crash";
     else if (r->outcome == LC_OUT_HANG) verdict = "hang";
     else if (a->leak) verdict = "LEAK";
-    json_object_set_new(o, "verdict", json_string(verdict));
+    json_object_set_new(o, "verdict", lc_json_str(verdict));
     json_t *lm = json_array();
     for (size_t i = 0; i < a->nm; i++)
-        if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, json_string(a->m[i].def->name));
+        if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, lc_json_str(a->m[i].def->name));
     json_object_set_new(o, "leaking_meters", lm);
     json_object_set_new(o, "crash", (r->outcome == LC_OUT_CRASH || r->outcome == LC_OUT_HANG) ? crash_json(r) : json_null());
     json_object_set_new(o, "cycles_finished", json_integer((json_int_t)r->ncyc));
@@ -817,10 +832,10 @@ static int run_check(void)
         if (!strcmp(r.error_kind, "internal") && r.output_tail[0]) fprintf(stderr, "%s\n", r.output_tail);
         if (opt.json) {
             json_t *o = json_object();
-            json_object_set_new(o, "tool", json_string("pyfini-leakcheck"));
-            json_object_set_new(o, "verdict", json_string("error"));
-            json_object_set_new(o, "error_kind", json_string(r.error_kind[0] ? r.error_kind : "spawn"));
-            json_object_set_new(o, "error", json_string(r.error));
+            json_object_set_new(o, "tool", lc_json_str("pyfini-leakcheck"));
+            json_object_set_new(o, "verdict", lc_json_str("error"));
+            json_object_set_new(o, "error_kind", lc_json_str(r.error_kind[0] ? r.error_kind : "spawn"));
+            json_object_set_new(o, "error", lc_json_str(r.error));
             json_object_set_new(o, "exit_status", json_integer(2));
             json_dumpf(o, stdout, JSON_INDENT(2));
             printf("\n");
@@ -1044,21 +1059,21 @@ static int run_scan(void)
     }
     if (opt.json) {
         json_t *o = json_object(), *arr = json_array();
-        json_object_set_new(o, "tool", json_string("pyfini-leakcheck"));
-        json_object_set_new(o, "tool_version", json_string(LC_VERSION));
-        json_object_set_new(o, "mode", json_string("scan"));
+        json_object_set_new(o, "tool", lc_json_str("pyfini-leakcheck"));
+        json_object_set_new(o, "tool_version", lc_json_str(LC_VERSION));
+        json_object_set_new(o, "mode", lc_json_str("scan"));
         json_object_set_new(o, "python", python_json(&lr));
         json_object_set_new(o, "warmup", json_integer(warmup));
         json_object_set_new(o, "cycles", json_integer(cycles));
         for (size_t i = 0; i < n; i++) {
             json_t *rj = json_object();
-            json_object_set_new(rj, "module", json_string(rows[i].name));
-            json_object_set_new(rj, "path", json_string(rows[i].path));
+            json_object_set_new(rj, "module", lc_json_str(rows[i].name));
+            json_object_set_new(rj, "path", lc_json_str(rows[i].path));
             for (int k = 0; k < 2; k++) {
                 const scan_cell *c = &rows[i].cell[k];
                 json_t *cj = json_object();
-                json_object_set_new(cj, "status", json_string(c->status));
-                json_object_set_new(cj, "message", json_string(c->message));
+                json_object_set_new(cj, "status", lc_json_str(c->status));
+                json_object_set_new(cj, "message", lc_json_str(c->message));
                 json_object_set_new(cj, "py_per_cycle", c->ran && c->severity <= 3 && c->py_known ? json_real(c->py_per_cycle) : json_null());
                 json_object_set_new(cj, "malloc_per_cycle", c->ran && (c->severity == 0 || c->severity == 3) ? json_real(c->malloc_per_cycle) : json_null());
                 json_object_set_new(rj, cfgs[k], cj);

@@ -494,6 +494,19 @@ START_TEST(test_json_and_csv)
     fclose(f);
     unlink(csv);
     ck_assert_int_eq(rows, 24);
+
+    /* a file name that is not UTF-8 still gives a valid document naming it */
+    char bad[] = "/tmp/lc-test-\xff\xfe-XXXXXX";
+    int bfd = mkstemp(bad);
+    ck_assert(bfd >= 0);
+    ck_assert(write(bfd, "x = 1\n", 6) == 6);
+    close(bfd);
+    result b = run_tool((const char *[]){"--file", bad, "--cycles", "3", "--warmup", "1", "--json", NULL});
+    unlink(bad);
+    ck_assert_msg(b.status == 0 && b.json, "exit %d, JSON %s\n%s", b.status, b.json ? "ok" : "invalid", tail(b.err));
+    const char *named = json_string_value(json_object_get(json_object_get(b.json, "subject"), "file"));
+    ck_assert_msg(named && strstr(named, "/tmp/lc-test-?" "?-"), "subject.file: %s", named ? named : "(missing)");
+    free_result(&b);
 }
 END_TEST
 
