@@ -839,8 +839,16 @@ static void pyfini__finder_destructor(PyObject *capsule)
                                         PyCapsule_GetPointer(capsule, PYFINI__FINDER_CAPSULE));
     if (reg == NULL) {
         PyErr_Clear();
-    } else if (reg->finder_armed && !reg->finder_replanting) {
-        pyfini__finder_set(reg, reg->builtins);
+    } else if (reg->finder_armed && !reg->finder_replanting && reg->builtins != NULL) {
+        if (Py_REFCNT(reg->builtins) > 0) {
+            pyfini__finder_set(reg, reg->builtins);
+        } else {
+            /* the builtins dict itself is being deallocated: POST_SHUTDOWN
+               never came (a leaked reference kept the registry capsule
+               alive past the state-dict clear). Never write into it. */
+            reg->finder_armed = 0;
+            reg->builtins = NULL;
+        }
     }
     PyErr_Restore(type, value, tb);
 }
