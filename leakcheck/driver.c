@@ -485,7 +485,7 @@ static void print_where(FILE *f, const lc_run *r, const analysis *a)
         for (int k = 0; k < s->npyframes; k++) fprintf(f, "          %s\n", s->pyframes[k]);
     }
     fprintf(f, "  (plain malloc() calls are not attributed: see the malloc meter)\n");
-    if (!strncmp(r->where_python, "unavailable", 11) || !strncmp(r->where_python, "stopped", 7))
+    if (!strncmp(r->where_python, "unavailable", 11))
         fprintf(f, "  (Python lines %s)\n", r->where_python);
 }
 

@@ -60,9 +60,6 @@ static struct {
 } opt = {.cycles = 100, .warmup = 10, .block = 1, .baseline = 1};
 
 static PyThreadState *main_tstate;
-static int worker_creating_interp;   /* 1 while new_interpreter() creates the cycle's interpreter */
-static long current_cycle;           /* seq of the cycle running */
-static long tm_stopped_in_cycle;     /* --where: tracemalloc stopped in this cycle; 0: still runs */
 static PyObject *gettotalrefcount;   /* sys.gettotalrefcount on debug builds */
 static int statm_fd = -1;
 static long page_size;
@@ -335,9 +332,7 @@ static void precheck_subject(void)
 static void new_interpreter(PyThreadState **ts)
 {
     if (opt.config == LC_CFG_LEGACY) {
-        worker_creating_interp = 1;
         *ts = Py_NewInterpreter();
-        worker_creating_interp = 0;
         if (!*ts) {
             char err[2048] = "Py_NewInterpreter() returned NULL";
             if (PyErr_Occurred()) describe_exception(err, sizeof err);
@@ -360,9 +355,7 @@ static void new_interpreter(PyThreadState **ts)
         c.use_main_obmalloc = 1;
         c.gil = PyInterpreterConfig_SHARED_GIL;
     }
-    worker_creating_interp = 1;
     PyStatus st = Py_NewInterpreterFromConfig(ts, &c);
-    worker_creating_interp = 0;
     if (PyStatus_Exception(st))
         fail("config", "cannot create a %s interpreter: %s%s%s", lc_config_names[opt.config],
              st.func ? st.func : "", st.func ? ": " : "", st.err_msg ? st.err_msg : "(no message)");
@@ -378,7 +371,6 @@ static int uses_own_obmalloc(void)
 
 static void cycle(long seq, int subject, long round, int judged)
 {
-    current_cycle = seq;
     char err[4096];
     int64_t v[LC_NVALUES];
     PyThreadState *ts = NULL;
@@ -447,53 +439,26 @@ static int cmp_excess(const void *a, const void *b)
 typedef PyObject *(*lc_get_traceback_fn)(unsigned int domain, uintptr_t ptr);
 static lc_get_traceback_fn py_traceback;
 
-/* 3.14+: an interpreter the subject creates may have its own obmalloc (the
- * default of concurrent.interpreters): when it ends it frees its interned
- * strings, among them file names tracemalloc keeps, and tracemalloc's next
- * lookup reads freed memory. So tracemalloc stops as soon as the subject
- * creates an interpreter (audit event cpython.PyInterpreterState_New, raised
- * before the new interpreter allocates anything). */
-
-#if PY_VERSION_HEX >= 0x030E0000
-static int tm_guard_hook(const char *event, PyObject *args, void *data)
-{
-    (void)args;
-    (void)data;
-    if (worker_creating_interp || tm_stopped_in_cycle || strcmp(event, "cpython.PyInterpreterState_New") != 0)
-        return 0;
-    PyObject *m = PyImport_ImportModule("_tracemalloc");
-    PyObject *r = m ? PyObject_CallMethod(m, "stop", NULL) : NULL;
-    Py_XDECREF(m);
-    if (!r) {
-        /* cannot stop it: the crash that would follow is better avoided by
-           refusing the new interpreter, with a message that says why */
-        PyErr_Clear();
-        PyErr_SetString(PyExc_RuntimeError, "pyfini-leakcheck --where: tracemalloc could not be stopped before "
-                                            "the subject creates an interpreter (CPython 3.14+); run without --where");
-        return -1;
-    }
-    Py_DECREF(r);
-    tm_stopped_in_cycle = current_cycle;
-    return 0;
-}
-#endif
-
 static void start_tracemalloc(void)
 {
 #if PY_VERSION_HEX < 0x030C0000
     rec("I where_python unavailable on CPython %s: tracemalloc deadlocks in Py_NewInterpreter() "
         "(its PyMem_RawMalloc hook calls PyGILState_Ensure)", PY_VERSION);
 #else
-    if (PY_VERSION_HEX >= 0x030E0000 && uses_own_obmalloc()) {
-        /* tracemalloc keeps a reference to the file name (an interned
-           string) of every frame it records; an interpreter with its own
-           obmalloc frees its interned strings when it ends (3.14+), and the
-           next lookup in tracemalloc's file-name table reads freed memory */
-        rec("I where_python unavailable for interpreters with their own obmalloc on CPython 3.14+: "
-            "tracemalloc keeps references to their file-name strings, which are freed when the interpreter "
-            "ends (--config legacy or shared-obmalloc shows Python lines)");
-        return;
-    }
+#if PY_VERSION_HEX >= 0x030E0000
+    /* tracemalloc keeps a reference to the file name (an interned string) of
+       every frame it records; an interpreter with its own obmalloc frees its
+       interned strings when it ends (3.14+), and the next lookup in
+       tracemalloc's file-name table reads freed memory. Any cycle may create
+       such an interpreter (the config, or the subject through
+       concurrent.interpreters), and a PySys_AddAuditHook hook saw no
+       cpython.PyInterpreterState_New event for it (tried on 3.14.10 and
+       3.15.2): no safe moment to stop tracemalloc. */
+    rec("I where_python unavailable on CPython %s: tracemalloc keeps references to the file names of the "
+        "interpreters it traced, and on 3.14+ an interpreter with its own obmalloc frees them when it ends "
+        "(the next lookup reads freed memory)", PY_VERSION);
+    return;
+#endif
     lc_get_traceback_fn fn;
     *(void **)&fn = dlsym(RTLD_DEFAULT, "_PyTraceMalloc_GetTraceback");
     if (!fn) {
@@ -510,20 +475,6 @@ static void start_tracemalloc(void)
         return;
     }
     Py_DECREF(r);
-#if PY_VERSION_HEX >= 0x030E0000
-    if (PySys_AddAuditHook(tm_guard_hook, NULL) < 0) {
-        char err[1000];
-        describe_exception(err, sizeof err);
-        PyObject *st = PyImport_ImportModule("_tracemalloc");
-        PyObject *sr = st ? PyObject_CallMethod(st, "stop", NULL) : NULL;
-        Py_XDECREF(sr);
-        Py_XDECREF(st);
-        PyErr_Clear();
-        rec("I where_python unavailable: no audit hook to stop tracemalloc when the subject creates an "
-            "interpreter: %s", err);
-        return;
-    }
-#endif
     lc_alloc_over_tracemalloc();
     py_traceback = fn;
     rec("I where_python tracemalloc, %d frames", LC_PY_FRAMES);
@@ -972,10 +923,6 @@ int main(int argc, char **argv)
             else n_bare++;
         }
     }
-    if (opt.where && tm_stopped_in_cycle)
-        rec("I where_python stopped in cycle %ld: the subject created an interpreter, which may have its own "
-            "obmalloc and free the file names tracemalloc keeps (CPython 3.14+); blocks allocated after that have "
-            "no Python lines", tm_stopped_in_cycle);
     if (opt.where) report_where(n_subject, n_bare);
     rec("D");
     /* No Py_FinalizeEx(): what the cycles left behind is what was measured,
