@@ -1934,14 +1934,18 @@ static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
         PyInterpreterState *interp = ts->interp;
         /* one thread-local address computation (a __tls_get_addr call in a
            shared object) for the whole scan */
-        const pyfini__cache_slot *cache = pyfini__cache;
+        const pyfini__cache_slot *cache = pyfini__cache, *hit = NULL;
         for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
             const pyfini__cache_slot *c = &cache[i];
             if (c->def == def && c->interp == interp && c->epoch == epoch &&
-                c->name == def->name && c->size == def->size &&
-                c->interp_id == PyInterpreterState_GetID(interp)) {
-                return c->data;
+                c->name == def->name && c->size == def->size) {
+                hit = c;   /* at most one slot per (def, interpreter) */
+                break;
             }
+        }
+        /* the one call, outside the scan */
+        if (hit != NULL && hit->interp_id == PyInterpreterState_GetID(interp)) {
+            return hit->data;
         }
     }
     return pyfini__state_miss(def, mode, ts, epoch);
@@ -1964,7 +1968,17 @@ static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
     int cacheable = 0;
     void *data = reg->state_get(reg, def, mode, &pyfini__epoch, &cacheable);
     if (data != NULL && cacheable) {
-        pyfini__cache_slot *c = &pyfini__cache[pyfini__cache_next++ % PYFINI__CACHE_SLOTS];
+        /* one slot per (def, interpreter): a stale one (another interpreter
+           ID) is replaced, else the oldest */
+        pyfini__cache_slot *c = NULL;
+        for (unsigned i = 0; i < PYFINI__CACHE_SLOTS && c == NULL; i++) {
+            if (pyfini__cache[i].def == def && pyfini__cache[i].interp == interp) {
+                c = &pyfini__cache[i];
+            }
+        }
+        if (c == NULL) {
+            c = &pyfini__cache[pyfini__cache_next++ % PYFINI__CACHE_SLOTS];
+        }
         c->interp = interp;
         c->interp_id = PyInterpreterState_GetID(interp);
         c->epoch = epoch;
