@@ -816,6 +816,7 @@ static inline int pyfini__python_register(int phase, PyObject *fn)
    (the dict is consistent when it is released: PyDict_Clear detaches the
    entries first, PyDict_SetItem stores the new value first). */
 static void pyfini__finder_destructor(PyObject *capsule);
+static inline void pyfini__epochs_bump(pyfini__registry *reg);
 
 static inline void pyfini__finder_set(pyfini__registry *reg, PyObject *builtins)
 {
@@ -845,9 +846,13 @@ static void pyfini__finder_destructor(PyObject *capsule)
         } else {
             /* the builtins dict itself is being deallocated: POST_SHUTDOWN
                never came (a leaked reference kept the registry capsule
-               alive past the state-dict clear). Never write into it. */
+               alive past the state-dict clear). Never write into it, and
+               drop every cached pointer to this interpreter's states: after
+               Py_FinalizeEx + Py_Initialize the main interpreter comes back
+               at the same address with the same ID 0. */
             reg->finder_armed = 0;
             reg->builtins = NULL;
+            pyfini__epochs_bump(reg);
         }
     }
     PyErr_Restore(type, value, tb);
@@ -1926,8 +1931,10 @@ static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
        ended one's address never hits: its ID differs, and the epoch changes
        whenever an interpreter whose states this copy cached reaches
        POST_SHUTDOWN (which also covers Py_FinalizeEx + Py_Initialize, when
-       IDs start again at 0). The ID alone covers an interpreter that ended
-       without POST_SHUTDOWN (its state dict was kept alive by a leak). */
+       IDs start again at 0). An interpreter that ended without POST_SHUTDOWN
+       (a leak kept pyfini's registry alive) is covered by the ID within one
+       initialization, and across Py_FinalizeEx + Py_Initialize by the epoch
+       bump when its builtins dict is deallocated (pyfini__finder_destructor). */
     PyThreadState *ts = pyfini__tstate();
     uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
     if (ts != NULL && def != NULL) {

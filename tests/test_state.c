@@ -465,6 +465,28 @@ START_TEST(test_state_cache_interp_ended_without_post)
 }
 END_TEST
 
+/* The same for the main interpreter across Py_FinalizeEx + Py_Initialize: it
+   comes back at the same address with the same ID 0, so only the epoch bump
+   when its builtins dict dies (the finder sees it) keeps the old state out. */
+START_TEST(test_state_cache_reinit_without_post)
+{
+    harness_init();
+    lib_state *s = (lib_state *)pyfini_state(&lib_def);
+    ck_assert_ptr_nonnull(s);
+    s->inits = 1000;
+    PyObject *cap = PyDict_GetItemString(PyInterpreterState_GetDict(PyInterpreterState_Get()), PYFINI_REGISTRY_KEY);
+    ck_assert_ptr_nonnull(cap);
+    Py_INCREF(cap);   /* a buggy extension's leak: no POST_SHUTDOWN */
+    Py_FinalizeEx();
+    harness_init();
+    lib_state *n = (lib_state *)pyfini_state(&lib_def);
+    ck_assert_ptr_nonnull(n);
+    ck_assert_ptr_ne(n, s);
+    ck_assert_int_eq(n->inits, 1);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+
 /* ---- leak reports ---------------------------------------------------------- */
 
 static PyObject *leak_many(int n)
@@ -847,6 +869,7 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_state_race_free_creation);
     tcase_add_test(tc, test_state_cache_follows_interpreters);
     tcase_add_test(tc, test_state_cache_interp_ended_without_post);
+    tcase_add_test(tc, test_state_cache_reinit_without_post);
     tcase_add_test(tc, test_leak_report);
     tcase_add_test(tc, test_leak_report_silenced);
     tcase_add_test_raise_signal(tc, test_abort_on_leak, SIGABRT);
