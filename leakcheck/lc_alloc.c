@@ -451,6 +451,25 @@ static void lc_tmhook_free(void *ctx, void *ptr)
     tm_leave(s);
 }
 
+void lc_alloc_recheck_tracemalloc(void)
+{
+    static const PyMemAllocatorDomain doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
+    if (!lc_where || !__atomic_load_n(&lc_over_tm, __ATOMIC_ACQUIRE)) return;
+    for (int d = 0; d < 3; d++) {
+        PyMemAllocatorEx cur;
+        PyMem_GetAllocator(doms[d], &cur);
+        /* the hook on top, or the counting wrapper (tracemalloc stopped):
+           every request is classified right */
+        if (cur.malloc == lc_tmhook_malloc || cur.malloc == lc_malloc) continue;
+        /* tracemalloc started again (by the subject) right over the counting
+           wrapper: put the hook over it again */
+        lc_tm[d] = cur;
+        PyMemAllocatorEx w = {&lc_domain_ids[d], lc_tmhook_malloc, lc_tmhook_calloc, lc_tmhook_realloc,
+                              lc_tmhook_free};
+        PyMem_SetAllocator(doms[d], &w);
+    }
+}
+
 void lc_alloc_over_tracemalloc(void)
 {
     static const PyMemAllocatorDomain doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};

@@ -59,4 +59,10 @@ void lc_alloc_foreach_site(lc_site_fn fn, void *arg);
  * figures stay those of an untraced process). Only with where. */
 void lc_alloc_over_tracemalloc(void);
 
+/* Between cycles: if the subject restarted tracemalloc (stop() + start()), it
+ * now sits right over the counting wrappers; put the hook back over it. The
+ * cycle in which the restart happened counts tracemalloc's tables from then
+ * on as the caller's. */
+void lc_alloc_recheck_tracemalloc(void);
+
 #endif

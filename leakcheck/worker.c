@@ -375,6 +375,7 @@ static void cycle(long seq, int subject, long round, int judged)
     int64_t v[LC_NVALUES];
     PyThreadState *ts = NULL;
     rec("B %ld %c %ld %d", seq, subject ? 'S' : 'B', round, judged);
+    if (opt.where) lc_alloc_recheck_tracemalloc();
     int where_obm = opt.where && uses_own_obmalloc();
     if (where_obm) lc_alloc_obm_begin(PyThreadState_GetInterpreter(main_tstate), (uint32_t)seq);
     if (judged) lc_alloc_set_recording(subject || !has_subject() ? 1 : 2);
