@@ -26,13 +26,6 @@
 #include "pyfini.h"
 #include "lookups.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- a module with state, and a type defined by it ------------------------- */
 typedef struct {
     long counter;
@@ -70,7 +63,7 @@ static const pyfini_state_def cycle_def = {"pyfini.bench.cycle", 64, NULL, clear
 
 static double one_cycle(PyThreadState *main_ts, int with_pyfini, int subject_imports_threading)
 {
-    double t0 = now();
+    double t0 = bench_now();
     PyThreadState *sub = NULL;
 #if PY_VERSION_HEX >= 0x030C0000
     PyInterpreterConfig cfg;
@@ -108,7 +101,7 @@ static double one_cycle(PyThreadState *main_ts, int with_pyfini, int subject_imp
     }
     Py_EndInterpreter(sub);
     PyThreadState_Swap(main_ts);
-    return now() - t0;
+    return bench_now() - t0;
 }
 
 static int cmp_double(const void *a, const void *b)

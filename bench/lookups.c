@@ -21,13 +21,6 @@ static const pyfini_state_def bench_def = {"pyfini.bench.state", sizeof(bench_st
 static _Thread_local bench_state *tls_state;
 static volatile uintptr_t sink;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static PyThreadState *cpython_tstate(void)
 {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -74,7 +67,7 @@ int LOOKUPS_FN(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
         long m = k >= BENCH_STATE_DICT ? n / 4 : n;
         double best = 1e30;
         for (int rep = 0; rep < 5; rep++) {
-            double t0 = now();
+            double t0 = bench_now();
             switch (k) {
             case BENCH_TLS:
                 for (long i = 0; i < m; i++) {
@@ -104,7 +97,7 @@ int LOOKUPS_FN(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
             default:
                 break;
             }
-            double dt = now() - t0;
+            double dt = bench_now() - t0;
             best = dt < best ? dt : best;
         }
         ns[k] = best / (double)m * 1e9;

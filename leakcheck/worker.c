@@ -445,8 +445,7 @@ static void start_tracemalloc(void)
 #if PY_VERSION_HEX < 0x030C0000
     rec("I where_python unavailable on CPython %s: tracemalloc deadlocks in Py_NewInterpreter() "
         "(its PyMem_RawMalloc hook calls PyGILState_Ensure)", PY_VERSION);
-#else
-#if PY_VERSION_HEX >= 0x030E0000
+#elif PY_VERSION_HEX >= 0x030E0000
     /* tracemalloc keeps a reference to the file name (an interned string) of
        every frame it records; an interpreter with its own obmalloc frees its
        interned strings when it ends (3.14+), and the next lookup in
@@ -458,8 +457,7 @@ static void start_tracemalloc(void)
     rec("I where_python unavailable on CPython %s: tracemalloc keeps references to the file names of the "
         "interpreters it traced, and on 3.14+ an interpreter with its own obmalloc frees them when it ends "
         "(the next lookup reads freed memory)", PY_VERSION);
-    return;
-#endif
+#else
     lc_get_traceback_fn fn;
     *(void **)&fn = dlsym(RTLD_DEFAULT, "_PyTraceMalloc_GetTraceback");
     if (!fn) {
@@ -487,6 +485,22 @@ static int importlib_frame(const char *file)
     return strncmp(file, "<frozen importlib._bootstrap", 28) == 0;
 }
 
+/* Frame j of a tracemalloc traceback: (filename, lineno); "?" and -1 when
+   unreadable. */
+static const char *traceback_frame(PyObject *tb, Py_ssize_t j, long *line)
+{
+    PyObject *fr = PyTuple_GET_ITEM(tb, j);
+    const char *file = NULL;
+    *line = -1;
+    if (PyTuple_Check(fr) && PyTuple_GET_SIZE(fr) >= 2) {
+        file = PyUnicode_AsUTF8(PyTuple_GET_ITEM(fr, 0));
+        *line = PyLong_AsLong(PyTuple_GET_ITEM(fr, 1));
+    }
+    if (!file) file = "?";
+    PyErr_Clear();
+    return file;
+}
+
 /* "P id k text" records: the Python traceback (innermost first) of the first
  * of the site's sample blocks tracemalloc knows; runs of import machinery
  * frames are folded into one line. */
@@ -494,45 +508,25 @@ static void report_python_lines(uint32_t id, const lc_site_info *info)
 {
     int untraced = 0, sampled = 0;
     for (int i = 0; i < LC_SAMPLES; i++) {
-        sampled += info->samples[i] != NULL;
         if (!info->samples[i]) continue;
+        sampled++;
         PyObject *tb = py_traceback(0, (uintptr_t)info->samples[i]);
         if (!tb) {
             PyErr_Clear();
             continue;
         }
-        if (tb == Py_None) {   /* not traced (tracemalloc stopped, or cleared) */
-            untraced++;
-            Py_DECREF(tb);
-            continue;
-        }
+        untraced += tb == Py_None;   /* tracemalloc stopped, or its traces cleared */
+        long line;
         /* (("<unknown>", 0),): traced with no Python frame (allocated from C) */
-        int unknown = PyTuple_Check(tb) && PyTuple_GET_SIZE(tb) == 1;
-        if (unknown) {
-            PyObject *fr = PyTuple_GET_ITEM(tb, 0);
-            const char *file = PyTuple_Check(fr) && PyTuple_GET_SIZE(fr) >= 1
-                                   ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(fr, 0)) : NULL;
-            PyErr_Clear();
-            unknown = file && strcmp(file, "<unknown>") == 0;
-        }
-        if (!PyTuple_Check(tb) || PyTuple_GET_SIZE(tb) == 0 || unknown) {
+        if (!PyTuple_Check(tb) || PyTuple_GET_SIZE(tb) == 0 ||
+            (PyTuple_GET_SIZE(tb) == 1 && strcmp(traceback_frame(tb, 0, &line), "<unknown>") == 0)) {
             Py_DECREF(tb);
             continue;
         }
         int k = 0, folded = 0;
         Py_ssize_t n = PyTuple_GET_SIZE(tb);
         for (Py_ssize_t j = 0; j < n && k < 8; j++) {
-            PyObject *fr = PyTuple_GET_ITEM(tb, j);
-            const char *file = NULL;
-            long line = -1;
-            if (PyTuple_Check(fr) && PyTuple_GET_SIZE(fr) >= 2) {
-                file = PyUnicode_AsUTF8(PyTuple_GET_ITEM(fr, 0));
-                line = PyLong_AsLong(PyTuple_GET_ITEM(fr, 1));
-            }
-            if (!file) {
-                PyErr_Clear();
-                file = "?";
-            }
+            const char *file = traceback_frame(tb, j, &line);
             if (importlib_frame(file)) {
                 folded++;
                 if (j + 1 < n) continue;
