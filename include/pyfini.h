@@ -11,6 +11,23 @@
  * CPython 3.11 to 3.15, main interpreter and sub-interpreters (legacy,
  * isolated with own GIL and own obmalloc, concurrent.interpreters).
  *
+ * TABLE OF CONTENTS (section numbers appear in the divider comments below)
+ *    1. Options and requirements     PYFINI_FUNC, PYFINI_DECLS_ONLY, PYFINI_CALLOC/FREE
+ *    2. Public API                   phases, callbacks, per-interpreter state
+ *       ---- implementation (left out under PYFINI_DECLS_ONLY) ----
+ *    3. ABI: shared structures       names derived from PYFINI_ABI_VERSION, layouts
+ *    4. CPython compatibility        one shim per CPython change, with its release
+ *    5. Errors, reports, helpers     last error, failure reports, entry lists
+ *    6. The registry                 check / find / create / publish / free
+ *    7. PRE_SHUTDOWN and USER entries (one Python callable per entry: their runner)
+ *    8. PRE_SHUTDOWN                 trigger, marker
+ *    9. USER                         trigger, marker
+ *   10. POST_SHUTDOWN                trigger, runner, states' end
+ *   11. RUNTIME_SHUTDOWN             trigger, runner, the main interpreter's list
+ *   12. Registration                 the registry's add / cancel operations
+ *   13. Per-interpreter state        create, find, track, the per-thread cache
+ *   14. Public definitions           thin wrappers over the sections above
+ *
  * USING IT
  *   Copy this one file into your project ("vendor" it, as pythoncapi_compat.h
  *   and pymetabind.h are used) and include it after Python.h:
@@ -18,32 +35,51 @@
  *       #include <Python.h>
  *       #include "pyfini.h"
  *
- *   Every function is `static inline`: each translation unit gets its own
- *   private copy and nothing needs to be linked. Defining PYFINI_IMPLEMENTATION
- *   before the include is accepted and changes nothing (stb-style code keeps
- *   working). Several copies in one process - two extension modules that both
- *   vendor pyfini.h, possibly of different pyfini versions - share ONE
- *   registry per interpreter (one LIFO order per phase, one POST_SHUTDOWN
- *   hook) and ONE process-wide Py_AtExit slot: the registry is an ABI-versioned
- *   structure under the key PYFINI_REGISTRY_KEY in the interpreter state dict,
- *   and every copy calls the functions stored in it by the copy that made it.
- *   So a shared object holding a copy must stay loaded while an interpreter it
- *   used is alive (the registry holds its functions and the address of its
- *   state-cache epoch); CPython never unloads extension modules.
+ *   By default every function is `static inline`: each translation unit gets
+ *   its own private copy and nothing needs to be linked. Defining
+ *   PYFINI_IMPLEMENTATION before the include is accepted and changes nothing
+ *   (stb-style code keeps working). Several copies in one process - two
+ *   extension modules that both vendor pyfini.h, possibly of different pyfini
+ *   versions - share ONE registry per interpreter (one LIFO order per phase,
+ *   one POST_SHUTDOWN hook) and ONE process-wide Py_AtExit slot: the registry
+ *   is an ABI-versioned structure under the key PYFINI_REGISTRY_KEY in the
+ *   interpreter state dict, and every copy calls the functions stored in it by
+ *   the copy that made it. So a shared object holding a copy must stay loaded
+ *   while an interpreter it used is alive (the registry holds its functions
+ *   and the address of its state-cache epoch); CPython never unloads
+ *   extension modules.
  *
- * COMPILE-TIME OPTIONS (define before including, in every file that includes it)
+ * COMPILE-TIME OPTIONS (define before including)
+ *   PYFINI_FUNC
+ *       what stands before each public function (default `static inline`).
+ *       To emit the public functions once, with external linkage (e.g. to call
+ *       them from another language): define PYFINI_FUNC (empty, or with
+ *       attributes such as visibility) in EVERY file that includes pyfini.h,
+ *       and PYFINI_DECLS_ONLY in all of them but one.
+ *   PYFINI_DECLS_ONLY
+ *       declarations only (section 2): this file calls the definitions emitted
+ *       by the one file without it. Needs PYFINI_FUNC.
  *   PYFINI_CALLOC(n, size) / PYFINI_FREE(p)
- *       the allocator of pyfini's own records (default calloc/free). Define
- *       both or neither. It must work without a thread state: POST_SHUTDOWN and
- *       RUNTIME_SHUTDOWN records are freed after the C API is gone.
+ *       the allocator of pyfini's own records (default calloc/free); it must
+ *       return zero-filled memory, as calloc does. Define both or neither, in
+ *       every file that includes pyfini.h. It must work without a thread
+ *       state: POST_SHUTDOWN and RUNTIME_SHUTDOWN records are freed after the
+ *       C API is gone.
+ *   PYFINI_IMPLEMENTATION
+ *       accepted, no effect (see above).
  *
  * REQUIREMENTS
  *   CPython >= 3.11 with the GIL (free-threaded builds are refused at compile
  *   time), a POSIX system with dladdr() (Linux, macOS).
  *
  * CHANGELOG (newest first)
- *   Unreleased  0.1.0  first version: four phases, cancel, phase query,
- *                      shared registry between copies, failure reports.
+ *   Unreleased  0.1.0  2026-12-01 the header in reading order (sections above);
+ *                      PYFINI_FUNC overridable and PYFINI_DECLS_ONLY; every ABI
+ *                      name derived from PYFINI_ABI_VERSION; readers check the
+ *                      registry's struct_size (ABI version unchanged: same layout).
+ *                      first version: four phases, cancel, phase query,
+ *                      shared registry between copies, failure reports,
+ *                      per-interpreter state.
  *
  * LICENSE
  *   MIT License. Copyright (c) 2026 the pyfini authors.
@@ -54,6 +90,10 @@
  */
 #ifndef PYFINI_H
 #define PYFINI_H
+
+/* ======================================================================== */
+/* 1. Options and requirements                                              */
+/* ======================================================================== */
 
 #ifndef PY_VERSION_HEX
 #  error "Include Python.h before pyfini.h"
@@ -71,7 +111,14 @@
 #  define PYFINI_CALLOC(n, size) calloc((n), (size))
 #  define PYFINI_FREE(p) free(p)
 #endif
+#if defined(PYFINI_DECLS_ONLY) && !defined(PYFINI_FUNC)
+#  error "PYFINI_DECLS_ONLY needs PYFINI_FUNC, defined alike in every file that includes pyfini.h"
+#endif
+#ifndef PYFINI_FUNC
+#  define PYFINI_FUNC static inline
+#endif
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,10 +131,20 @@
 #define PYFINI_VERSION_PATCH 0
 #define PYFINI_VERSION_HEX                                                     \
     ((PYFINI_VERSION_MAJOR << 16) | (PYFINI_VERSION_MINOR << 8) | PYFINI_VERSION_PATCH)
-/* Layout version of the shared registry; part of the state-dict key. Copies
-   with another ABI version keep separate registries. */
+/* Layout version of the structures shared by every copy in a process
+   (section 3); part of every key and capsule name. Copies with another ABI
+   version keep separate registries. Bump it when a copy of an older layout
+   could misread a newer one: a field moved, removed or changed in meaning.
+   Fields added at the end of a structure need no bump (readers check
+   struct_size first). */
 #define PYFINI_ABI_VERSION 1
-#define PYFINI_REGISTRY_KEY "__pyfini_registry_v1__"
+#define PYFINI__STR(x) #x
+#define PYFINI__XSTR(x) PYFINI__STR(x)
+/* "1": the ABI version as text, for names */
+#define PYFINI__ABI_TAG PYFINI__XSTR(PYFINI_ABI_VERSION)
+/* The state-dict key (and builtins-dict key) of the registry:
+   "__pyfini_registry_v1__". */
+#define PYFINI_REGISTRY_KEY "__pyfini_registry_v" PYFINI__ABI_TAG "__"
 
 #ifdef __cplusplus
 #  define PYFINI_CAST(type, expr) (reinterpret_cast<type>(expr))
@@ -98,7 +155,6 @@ extern "C" {
 #  define PYFINI_THREAD_LOCAL _Thread_local
 #endif
 
-#define PYFINI_FUNC static inline
 #if defined(__GNUC__) || defined(__clang__)
 #  define PYFINI__UNUSED __attribute__((unused))
 #  define PYFINI__NOINLINE __attribute__((noinline))
@@ -107,10 +163,9 @@ extern "C" {
 #  define PYFINI__NOINLINE
 #endif
 
-/* ------------------------------------------------------------------------ */
-/* Public API                                                               */
-/* ------------------------------------------------------------------------ */
-
+/* ======================================================================== */
+/* 2. Public API                                                            */
+/* ======================================================================== */
 /* The phases of an interpreter's end, in the order they run. */
 typedef enum pyfini_phase {
     /* Interpreter intact; other threads still running. Runs inside
@@ -189,9 +244,11 @@ PYFINI_FUNC int pyfini_atexit_cancel(pyfini_callback func, void *arg, pyfini_pha
 
 /* The phase the CURRENT interpreter is in: PYFINI_RUNNING (0) while none has
    begun, else the latest phase that has begun (PRE_SHUTDOWN, USER,
-   POST_SHUTDOWN). The first call in an interpreter sets up its registry. Returns -1 with no thread state (no
-   exception) or with an exception set on failure, and -1 with RuntimeError
-   in an interpreter past its state-dict clear that pyfini never saw. */
+   POST_SHUTDOWN). The first call in an interpreter sets up its registry.
+   Thread state: attached. Returns -1 with no thread state (no exception) or
+   with an exception set on failure, and -1 with RuntimeError in an
+   interpreter past its state-dict clear that pyfini never saw.
+   CPython 3.11-3.15. */
 PYFINI_FUNC int pyfini_current_phase(void);
 
 /* "PYFINI_PRE_SHUTDOWN", ..., "PYFINI_RUNNING" for 0; "PYFINI_UNKNOWN_PHASE"
@@ -234,8 +291,9 @@ typedef struct pyfini_state_def {
    def->init) on first use. `def` is identified by its address, name and
    size: give it static storage and never change it (like a PyModuleDef).
    May be called with an exception set (e.g. from tp_dealloc): it is kept
-   aside and restored, unless pyfini_state fails with its own. Thread state: attached. Borrowed: valid until the
-   interpreter's POST_SHUTDOWN (do not keep it across interpreters).
+   aside and restored, unless pyfini_state fails with its own.
+   Thread state: attached. Borrowed: valid until the interpreter's
+   POST_SHUTDOWN (do not keep it across interpreters).
    Fast path: a per-thread cache of (def, interpreter, interpreter ID, epoch)
    -> state, no lock; calls into CPython for the thread state and the
    interpreter ID only (see bench/ for figures). A new interpreter at an
@@ -252,7 +310,9 @@ PYFINI_FUNC void *pyfini_state(const pyfini_state_def *def);
 
 /* Like pyfini_state, but never creates: NULL WITHOUT an exception if the
    state does not exist (yet, or any more) in the current interpreter; NULL
-   with an exception only for a bad def. Safe from tp_traverse/tp_clear. */
+   with an exception only for a bad def. Safe from tp_traverse/tp_clear:
+   never waits for another thread's init and never creates a registry.
+   Thread state: attached (none: NULL, no exception, as pyfini_state). */
 PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def);
 
 /* Report `obj` if it is still alive at POST_SHUTDOWN (after the state's
@@ -275,27 +335,54 @@ PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def);
        ...  (at most 20, then "pyfini:  - ... and N more")
        pyfini: state "mylib.internals.v3" is not freed: leaked objects may still use it ...
    Environment: PYFINI_LEAK_WARNINGS=0 silences reports, PYFINI_ABORT_ON_LEAK=1
-   aborts after the report (for CI). */
+   aborts after the report (for CI). Thread state: attached (none: -1, no
+   exception, pyfini_last_error() says why). Ownership: obj stays the
+   caller's. CPython 3.11-3.15. */
 PYFINI_FUNC int pyfini_track(const pyfini_state_def *def, PyObject *obj);
 
 /* Turn leak reports of one state on (1) or off (0) in the current
-   interpreter. Returns the previous setting, or -1 with an exception. */
+   interpreter. Returns the previous setting, or -1 with an exception
+   (RuntimeError: no such state here). Thread state: attached (none: -1, no
+   exception). */
 PYFINI_FUNC int pyfini_state_leak_warnings(const pyfini_state_def *def, int enabled);
 
+#ifndef PYFINI_DECLS_ONLY
 /* ------------------------------------------------------------------------ */
 /* Everything below here is implementation details.                         */
-/* The structures are shared by every copy of pyfini.h in the process:      */
-/* changing their layout needs a PYFINI_ABI_VERSION bump; they only grow at */
-/* the end, reserved fields are 0.                                          */
 /* ------------------------------------------------------------------------ */
 
-#define PYFINI__NPHASES 5
-#define PYFINI__FINDER_CAPSULE "pyfini.registry.v1"
-#define PYFINI__POST_CAPSULE "pyfini.post_shutdown.v1"
-#define PYFINI__POST_KEY "__pyfini_post_shutdown_v1__"
+/* ======================================================================== */
+/* 3. ABI: the structures shared by every copy of pyfini.h in a process      */
+/* ======================================================================== */
+/* Rules for every structure here (pymetabind's): the first three fields
+   (abi_version, struct_size, creator_version where present) never move; a
+   structure only grows at its end; reserved fields are 0 (PYFINI_CALLOC
+   zero-fills); a reader checks struct_size before it reads a field (see
+   PYFINI__HAS_FIELD). Moving, removing or redefining a field needs a
+   PYFINI_ABI_VERSION bump, which renames every key and capsule below. */
+
+/* Capsule names and dict keys, all derived from PYFINI_ABI_VERSION. */
+/* in the builtins dict, under PYFINI_REGISTRY_KEY: finds the registry during teardown */
+#define PYFINI__FINDER_CAPSULE "pyfini.registry.v" PYFINI__ABI_TAG
+/* in the builtins dict: its destructor runs POST_SHUTDOWN */
+#define PYFINI__POST_CAPSULE "pyfini.post_shutdown.v" PYFINI__ABI_TAG
+#define PYFINI__POST_KEY "__pyfini_post_shutdown_v" PYFINI__ABI_TAG "__"
+/* the self of a PRE_SHUTDOWN / USER callable: one pyfini__entry */
+#define PYFINI__ENTRY_CAPSULE "pyfini.entry.v" PYFINI__ABI_TAG
+/* the self of a phase marker callable: the registry */
+#define PYFINI__MARKER_CAPSULE "pyfini.opener.v" PYFINI__ABI_TAG
+
+/* Does the structure at `p`, of type `type` and made by any copy, hold
+   `field`? (Its creator's struct_size covers the field.) */
+#define PYFINI__HAS_FIELD(type, p, field)                                      \
+    ((size_t)(p)->struct_size >= offsetof(type, field) + sizeof((p)->field))
+
+#define PYFINI__NPHASES 5                /* index 1..4: pyfini_phase */
+#define PYFINI__STATE_BUCKETS 64         /* hash buckets of the state table */
+#define PYFINI__NRESERVED 8
 
 struct pyfini__registry;
-struct pyfini__root;
+struct pyfini__state_rec;
 
 /* One registration. Owned by: the Python hook object registered with
    threading/atexit (PRE_SHUTDOWN, USER), else by its list. */
@@ -317,15 +404,15 @@ enum { PYFINI__PENDING = 0, PYFINI__RAN = 1, PYFINI__CANCELLED = 2 };
    registry; touched only with the main interpreter's GIL held, or from the
    Py_AtExit callback (single-threaded, no C API). */
 typedef struct pyfini__root {
-    uint32_t abi_version;
-    uint32_t struct_size;
-    uint32_t creator_version;
+    uint32_t abi_version;                /* PYFINI_ABI_VERSION */
+    uint32_t struct_size;                /* sizeof(pyfini__root) of the creator: checked by readers */
+    uint32_t creator_version;            /* PYFINI_VERSION_HEX of the creator: named in errors */
     int phase;                           /* 0, or RUNTIME_SHUTDOWN once it began */
     int atexit_registered;               /* the one Py_AtExit slot is taken */
     int reserved0;
     pyfini__entry *head;
     size_t count;
-    void *reserved[8];
+    void *reserved[PYFINI__NRESERVED];
 } pyfini__root;
 
 /* One interpreter. Found in its state dict under PYFINI_REGISTRY_KEY (a
@@ -334,14 +421,14 @@ typedef struct pyfini__root {
    PYFINI__FINDER_CAPSULE). Touched only with the interpreter's GIL held. */
 typedef struct pyfini__registry {
     uint32_t abi_version;                /* PYFINI_ABI_VERSION */
-    uint32_t struct_size;                /* sizeof(pyfini__registry) of the creator */
-    uint32_t creator_version;            /* PYFINI_VERSION_HEX of the creator */
+    uint32_t struct_size;                /* sizeof(pyfini__registry) of the creator: checked by readers */
+    uint32_t creator_version;            /* PYFINI_VERSION_HEX of the creator: named in errors */
     int phase;                           /* PYFINI_RUNNING .. POST_SHUTDOWN */
     PyInterpreterState *interp;
     int64_t interp_id;
     int published;                       /* 1 once stored in the state dict */
     int dict_cleared;                    /* the state dict has been cleared */
-    int sentinel_installed;              /* phase markers in: 1 threading hook, 2 atexit tail */
+    int sentinel_installed;              /* phase markers in: PYFINI__MARKER_PRE, PYFINI__MARKER_USER */
     int finder_armed;                    /* the builtins finder puts itself back when removed */
     PyObject *builtins;                  /* borrowed: the interpreter's builtins dict */
     int finder_replanting;
@@ -354,8 +441,8 @@ typedef struct pyfini__registry {
     int (*add)(struct pyfini__registry *reg, pyfini_callback func, void *arg, int phase);
     int (*cancel)(struct pyfini__registry *reg, pyfini_callback func, void *arg, int phase);
     /* per-interpreter states (pyfini_state): hash buckets by name, and the
-       creator's operations. mode: 0 find, 1 get-or-create. */
-    struct pyfini__state_rec *state_buckets[64];
+       creator's operations. mode: PYFINI__FIND or PYFINI__GET. */
+    struct pyfini__state_rec *state_buckets[PYFINI__STATE_BUCKETS];
     struct pyfini__state_rec *state_newest;      /* creation order, newest first */
     void *(*state_get)(struct pyfini__registry *reg, const pyfini_state_def *def, int mode,
                        uint64_t *caller_epoch, int *cacheable);
@@ -365,8 +452,13 @@ typedef struct pyfini__registry {
        freed (each copy that cached one of them added its counter) */
     uint64_t **epochs;
     size_t nepochs, cap_epochs;
-    void *reserved[8];
+    void *reserved[PYFINI__NRESERVED];
 } pyfini__registry;
+
+/* registry->sentinel_installed bits */
+enum { PYFINI__MARKER_PRE = 1, PYFINI__MARKER_USER = 2 };
+/* mode of state_get */
+enum { PYFINI__FIND = 0, PYFINI__GET = 1 };
 
 /* One state. */
 typedef struct pyfini__state_rec {
@@ -389,8 +481,10 @@ enum { PYFINI__STATE_INIT = 1, PYFINI__STATE_ALIVE = 2, PYFINI__STATE_CLEARING =
 
 /* -------- private per-copy state (static: one per translation unit) ------ */
 
+#define PYFINI__ERROR_PREFIX "pyfini: "
+#define PYFINI__ERROR_MAX 256
 PYFINI__UNUSED static PYFINI_THREAD_LOCAL const char *pyfini__error_msg = NULL;
-PYFINI__UNUSED static PYFINI_THREAD_LOCAL char pyfini__error_buf[256];
+PYFINI__UNUSED static PYFINI_THREAD_LOCAL char pyfini__error_buf[PYFINI__ERROR_MAX];
 /* 1 while this thread runs under a temporary thread state of the main
    interpreter (see pyfini__in_main). */
 PYFINI__UNUSED static PYFINI_THREAD_LOCAL int pyfini__in_temporary_tstate = 0;
@@ -415,30 +509,87 @@ PYFINI__UNUSED static pyfini__root *pyfini__atexit_root = NULL;
 /* The root whose RUNTIME_SHUTDOWN callbacks this copy is running now. */
 PYFINI__UNUSED static pyfini__root *pyfini__running_root = NULL;
 
-PYFINI_FUNC const char *pyfini_last_error(void) { return pyfini__error_msg; }
+/* ======================================================================== */
+/* 4. CPython compatibility: every version check of this file               */
+/* ======================================================================== */
+/* One shim per CPython change, named after the change and the release that
+   made it (the pythoncapi_compat.h way). Nothing else in this file tests
+   PY_VERSION_HEX beyond the 3.11 minimum in section 1. */
 
-PYFINI_FUNC const char *pyfini_phase_name(int phase)
+/* gh-108867 added PyThreadState_GetUnchecked() to Python 3.13.0a1; before,
+   it was the private _PyThreadState_UncheckedGet(). The attached thread
+   state or NULL; never fails. */
+static inline PyThreadState *pyfini__tstate(void)
 {
-    switch (phase) {
-    case PYFINI_RUNNING: return "PYFINI_RUNNING";
-    case PYFINI_PRE_SHUTDOWN: return "PYFINI_PRE_SHUTDOWN";
-    case PYFINI_USER: return "PYFINI_USER";
-    case PYFINI_POST_SHUTDOWN: return "PYFINI_POST_SHUTDOWN";
-    case PYFINI_RUNTIME_SHUTDOWN: return "PYFINI_RUNTIME_SHUTDOWN";
-    default: return "PYFINI_UNKNOWN_PHASE";
-    }
+#if PY_VERSION_HEX >= 0x030D00A1
+    return PyThreadState_GetUnchecked();
+#else
+    return _PyThreadState_UncheckedGet();
+#endif
 }
 
-/* Record a failure; if `exc` is not NULL and a thread state is attached,
-   also raise it (unless an exception is already set). */
-static inline int pyfini__fail(PyObject *exc, const char *msg)
+/* gh-108014 added Py_IsFinalizing() to Python 3.13.0a1; before, it was the
+   private _Py_IsFinalizing(). Has Py_FinalizeEx begun? */
+static inline int pyfini__runtime_finalizing(void)
 {
-    snprintf(pyfini__error_buf, sizeof pyfini__error_buf, "pyfini: %.240s", msg);
-    pyfini__error_msg = pyfini__error_buf;
-    if (exc != NULL && !PyErr_Occurred()) {
-        PyErr_SetString(exc, pyfini__error_buf);
+#if PY_VERSION_HEX >= 0x030D00A1
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* gh-74929 (PEP 667) added PyEval_GetFrameBuiltins() to Python 3.13.0b1 and
+   deprecated PyEval_GetBuiltins(); the new one returns a new reference.
+   Borrowed builtins dict of the current interpreter (no frame during
+   teardown: interp->builtins), or NULL once it is gone. */
+static inline PyObject *pyfini__builtins(void)
+{
+#if PY_VERSION_HEX >= 0x030D00B1
+    PyObject *b = PyEval_GetFrameBuiltins();
+    if (b == NULL) {
+        PyErr_Clear();
+        return NULL;
     }
-    return -1;
+    Py_DECREF(b);                          /* still owned by the interpreter/frame */
+    return b;
+#else
+    return PyEval_GetBuiltins();
+#endif
+}
+
+/* gh-105927 added PyWeakref_GetRef() to Python 3.13.0a1 (and deprecated
+   PyWeakref_GetObject(), which returns a borrowed reference). The referent
+   of a weak reference (new reference), or NULL if it died. */
+static inline PyObject *pyfini__weakref_get(PyObject *wr)
+{
+#if PY_VERSION_HEX >= 0x030D00A1
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(wr, &o) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return o;
+#else
+    PyObject *o = PyWeakref_GetObject(wr);
+    if (o == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return o == Py_None ? NULL : Py_NewRef(o);
+#endif
+}
+
+/* Not a version shim, a rule of every version: 1 while the interpreter's
+   state dict may be used, i.e. sys.modules is still a dict.
+   finalize_modules() (Python/pylifecycle.c) replaces sys.modules with None
+   before interpreter_clear() clears the state dict; calling
+   PyInterpreterState_GetDict() during or after that clear would re-create a
+   dict nobody frees. */
+static inline int pyfini__state_dict_usable(void)
+{
+    PyObject *modules = PySys_GetObject("modules");   /* borrowed; no exception */
+    return modules != NULL && PyDict_Check(modules);
 }
 
 /* dict[key] = value with a key that is NOT interned: on 3.12/3.13 an
@@ -455,72 +606,105 @@ static inline int pyfini__dict_set(PyObject *dict, const char *key, PyObject *va
     return rc;
 }
 
-/* Record the exception already set as this thread's last error. */
+/* A module only if it has been imported already (new reference, or NULL
+   with no exception): pyfini never imports a module just to hook into it,
+   since on 3.12/3.13 each module imported in a sub-interpreter adds to what
+   CPython itself loses per interpreter. */
+static inline PyObject *pyfini__imported_module(const char *name)
+{
+    PyObject *n = PyUnicode_FromString(name);
+    PyObject *mod = n ? PyImport_GetModule(n) : NULL;
+    Py_XDECREF(n);
+    PyErr_Clear();
+    return mod;
+}
+
+/* obj.method(arg); 0, or -1 with an exception. */
+static inline int pyfini__call_method(PyObject *obj, const char *method, PyObject *arg)
+{
+    PyObject *r = PyObject_CallMethod(obj, method, "O", arg);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* import module; module.method(arg); 0, or -1 with an exception. */
+static inline int pyfini__call_module(const char *module, const char *method, PyObject *arg)
+{
+    PyObject *mod = PyImport_ImportModule(module);
+    int rc = mod ? pyfini__call_method(mod, method, arg) : -1;
+    Py_XDECREF(mod);
+    return rc;
+}
+
+/* ======================================================================== */
+/* 5. Errors, reports and small helpers                                     */
+/* ======================================================================== */
+
+/* Record a failure; if `exc` is not NULL and a thread state is attached,
+   also raise it (unless an exception is already set). Returns -1. */
+static inline int pyfini__fail(PyObject *exc, const char *msg)
+{
+    snprintf(pyfini__error_buf, sizeof pyfini__error_buf, PYFINI__ERROR_PREFIX "%.240s", msg);
+    pyfini__error_msg = pyfini__error_buf;
+    if (exc != NULL && !PyErr_Occurred()) {
+        PyErr_SetString(exc, pyfini__error_buf);
+    }
+    return -1;
+}
+
+/* A MemoryError and the matching last error; returns -1. */
+static inline int pyfini__fail_nomem(void)
+{
+    pyfini__fail(NULL, "out of memory");
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* "TypeName: message" of a fetched exception (type, value), into buf. */
+static inline void pyfini__exception_text(PyObject *type, PyObject *value, char *buf, size_t size)
+{
+    PyObject *s = value ? PyObject_Str(value) : NULL;
+    const char *m = s ? PyUnicode_AsUTF8(s) : NULL;
+    if (m == NULL) {
+        PyErr_Clear();
+    }
+    snprintf(buf, size, "%s: %s", type ? ((PyTypeObject *)type)->tp_name : "exception",
+             m ? m : "?");
+    Py_XDECREF(s);
+}
+
+/* Record the exception already set as this thread's last error (it stays
+   set). Returns -1. */
 static inline int pyfini__fail_from_exception(const char *what)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    const char *tname = type ? ((PyTypeObject *)type)->tp_name : "exception";
-    PyObject *s = value ? PyObject_Str(value) : NULL;
-    const char *text = s ? PyUnicode_AsUTF8(s) : NULL;
-    if (text == NULL) {
-        PyErr_Clear();
+    int n = snprintf(pyfini__error_buf, sizeof pyfini__error_buf, PYFINI__ERROR_PREFIX "%s: ",
+                     what);
+    if (n >= 0 && (size_t)n < sizeof pyfini__error_buf) {
+        pyfini__exception_text(type, value, pyfini__error_buf + n,
+                               sizeof pyfini__error_buf - (size_t)n);
     }
-    snprintf(pyfini__error_buf, sizeof pyfini__error_buf, "pyfini: %s: %s: %s",
-             what, tname, text ? text : "?");
     pyfini__error_msg = pyfini__error_buf;
-    Py_XDECREF(s);
     PyErr_Restore(type, value, tb);
     return -1;
 }
 
-static inline PyThreadState *pyfini__tstate(void)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyThreadState_GetUnchecked();  /* gh-108867: public in 3.13 */
-#else
-    return _PyThreadState_UncheckedGet();
-#endif
-}
+/* The failure every no-thread-state path reports (no exception can be set). */
+#define PYFINI__NO_TSTATE "no thread state: attach one (hold the GIL) first"
 
-/* Is the runtime finalizing (Py_FinalizeEx has begun)? */
-static inline int pyfini__runtime_finalizing(void)
-{
-#if PY_VERSION_HEX >= 0x030D00A1
-    return Py_IsFinalizing();             /* gh-108014: public in 3.13.0a1 */
-#else
-    return _Py_IsFinalizing();
-#endif
-}
-
-/* Borrowed builtins dict of the current interpreter (no frame during
-   teardown: interp->builtins), or NULL once it is gone. */
-static inline PyObject *pyfini__builtins(void)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    /* PyEval_GetFrameBuiltins (3.13) returns a new reference. */
-    PyObject *b = PyEval_GetFrameBuiltins();
-    if (b == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    Py_DECREF(b);                          /* still owned by the interpreter/frame */
-    return b;
-#else
-    return PyEval_GetBuiltins();
-#endif
-}
-
-/* 1 while the interpreter's state dict may be used: sys.modules is still a
-   dict. finalize_modules() (Python/pylifecycle.c) replaces sys.modules with
-   None before interpreter_clear() clears the state dict; calling
-   PyInterpreterState_GetDict() during or after that clear would re-create a
-   dict nobody frees. */
-static inline int pyfini__state_dict_usable(void)
-{
-    PyObject *modules = PySys_GetObject("modules");   /* borrowed; no exception */
-    return modules != NULL && PyDict_Check(modules);
-}
+/* A capsule destructor body that runs with the error indicator set aside:
+   CPython may release a capsule while an exception is set. */
+#define PYFINI__KEEPING_EXCEPTION(statement)                                   \
+    do {                                                                       \
+        PyObject *pyfini__et, *pyfini__ev, *pyfini__etb;                       \
+        PyErr_Fetch(&pyfini__et, &pyfini__ev, &pyfini__etb);                   \
+        statement;                                                             \
+        PyErr_Restore(pyfini__et, pyfini__ev, pyfini__etb);                    \
+    } while (0)
 
 /* Report a failed callback once on stderr. May run without a thread state
    (RUNTIME_SHUTDOWN): then exc_text is NULL and no C API is used. */
@@ -555,7 +739,9 @@ static inline void pyfini__report(int phase, int64_t interp_id, pyfini_callback 
     fflush(stderr);
 }
 
-/* Call one entry with the GIL held (PRE, USER, POST). */
+/* Call one entry with the GIL held (PRE, USER, POST): with a clean error
+   indicator; a failure (non-zero, or an exception left set) is reported and
+   the exception cleared; the caller's exception is kept. */
 static inline void pyfini__call_with_gil(pyfini__entry *e, int64_t interp_id)
 {
     PyObject *type, *value, *tb;
@@ -568,14 +754,7 @@ static inline void pyfini__call_with_gil(pyfini__entry *e, int64_t interp_id)
             PyObject *et, *ev, *etb;
             PyErr_Fetch(&et, &ev, &etb);
             PyErr_NormalizeException(&et, &ev, &etb);
-            PyObject *s = ev ? PyObject_Str(ev) : NULL;
-            const char *m = s ? PyUnicode_AsUTF8(s) : NULL;
-            if (m == NULL) {
-                PyErr_Clear();
-            }
-            snprintf(text, sizeof text, "%s: %s",
-                     et ? ((PyTypeObject *)et)->tp_name : "exception", m ? m : "?");
-            Py_XDECREF(s);
+            pyfini__exception_text(et, ev, text, sizeof text);
             Py_XDECREF(et);
             Py_XDECREF(ev);
             Py_XDECREF(etb);
@@ -585,6 +764,8 @@ static inline void pyfini__call_with_gil(pyfini__entry *e, int64_t interp_id)
     }
     PyErr_Restore(type, value, tb);
 }
+
+/* ---- the entry lists (newest at head) ------------------------------------ */
 
 static inline void pyfini__unlink(pyfini__entry **head, size_t *count, pyfini__entry *e)
 {
@@ -616,6 +797,7 @@ static inline void pyfini__push(pyfini__entry **head, size_t *count, pyfini__ent
     (*count)++;
 }
 
+/* The newest pending entry of (func, arg), or NULL. */
 static inline pyfini__entry *pyfini__find(pyfini__entry *head, pyfini_callback func, void *arg)
 {
     for (pyfini__entry *e = head; e != NULL; e = e->next) {
@@ -626,32 +808,44 @@ static inline pyfini__entry *pyfini__find(pyfini__entry *head, pyfini_callback f
     return NULL;
 }
 
-/* ---------------- RUNTIME_SHUTDOWN: the Py_AtExit callback --------------- */
-
-PYFINI__UNUSED static void pyfini__runtime_run(void)
+/* Unlink and free the newest pending entry of (func, arg): 1, or 0 if none. */
+static inline int pyfini__remove(pyfini__entry **head, size_t *count, pyfini_callback func,
+                                 void *arg)
 {
-    pyfini__root *root = pyfini__atexit_root;
-    pyfini__atexit_root = NULL;
-    if (root == NULL) {
-        return;
+    pyfini__entry *e = pyfini__find(*head, func, arg);
+    if (e == NULL) {
+        return 0;
     }
-    root->phase = PYFINI_RUNTIME_SHUTDOWN;
-    pyfini__running_root = root;
-    /* newest first; a callback may cancel others (they are unlinked and freed) */
-    while (root->head != NULL) {
-        pyfini__entry *e = root->head;
-        pyfini__unlink(&root->head, &root->count, e);
-        int rc = e->func(e->arg);
-        if (rc != 0) {
-            pyfini__report(PYFINI_RUNTIME_SHUTDOWN, -1, e->func, rc, NULL);
-        }
-        PYFINI_FREE(e);
-    }
-    pyfini__running_root = NULL;
-    PYFINI_FREE(root);
+    pyfini__unlink(head, count, e);
+    PYFINI_FREE(e);
+    return 1;
 }
 
-/* ---------------- PRE_SHUTDOWN / USER hooks (Python callables) ----------- */
+/* A new pending entry (not linked), or NULL with a MemoryError. */
+static inline pyfini__entry *pyfini__entry_new(pyfini_callback func, void *arg, int phase)
+{
+    pyfini__entry *e = PYFINI_CAST(pyfini__entry *, PYFINI_CALLOC(1, sizeof(pyfini__entry)));
+    if (e == NULL) {
+        pyfini__fail_nomem();
+        return NULL;
+    }
+    e->func = func;
+    e->arg = arg;
+    e->phase = phase;
+    return e;
+}
+
+/* ---- misc ----------------------------------------------------------------- */
+
+/* The pointer of a capsule being released, or NULL (the error cleared). */
+static inline void *pyfini__released_pointer(PyObject *capsule, const char *name)
+{
+    void *p = PyCapsule_GetPointer(capsule, name);
+    if (p == NULL) {
+        PyErr_Clear();
+    }
+    return p;
+}
 
 static inline void pyfini__set_phase(pyfini__registry *reg, int phase)
 {
@@ -660,538 +854,44 @@ static inline void pyfini__set_phase(pyfini__registry *reg, int phase)
     }
 }
 
-PYFINI__UNUSED static void pyfini__entry_capsule_destructor_impl(PyObject *capsule);
-PYFINI__UNUSED static void pyfini__entry_capsule_destructor(PyObject *capsule)
+static inline int pyfini__env_is(const char *name, const char *value)
 {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);   /* destructors may run with an exception set */
-    pyfini__entry_capsule_destructor_impl(capsule);
-    PyErr_Restore(type, value, tb);
-}
-PYFINI__UNUSED static void pyfini__entry_capsule_destructor_impl(PyObject *capsule)
-{
-    pyfini__entry *e = PYFINI_CAST(pyfini__entry *,
-                                   PyCapsule_GetPointer(capsule, "pyfini.entry.v1"));
-    if (e == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    pyfini__registry *reg = e->registry;
-    if (reg != NULL) {
-        if (e->state == PYFINI__PENDING) {
-            /* threading or atexit dropped a callback without calling it */
-            if (e->phase == PYFINI_USER && reg->phase >= PYFINI_PRE_SHUTDOWN &&
-                pyfini__state_dict_usable()) {
-                /* a USER registration made while atexit was running, which
-                   CPython 3.11-3.13 drop in atexit_cleanup(): run it now,
-                   still inside the atexit step */
-                e->state = PYFINI__RAN;
-                pyfini__set_phase(reg, PYFINI_USER);
-                pyfini__call_with_gil(e, reg->interp_id);
-            } else {
-                void *addr;
-                memcpy(&addr, &e->func, sizeof addr);
-                fprintf(stderr, "pyfini: a %s callback %p of interpreter %lld did not run: %s "
-                                "dropped it (registered after its step had run?)\n",
-                        pyfini_phase_name(e->phase), addr, (long long)reg->interp_id,
-                        e->phase == PYFINI_USER ? "atexit" : "threading");
-                fflush(stderr);
-            }
-        }
-        pyfini__unlink(&reg->heads[e->phase], &reg->counts[e->phase], e);
-    }
-    PYFINI_FREE(e);
+    const char *v = getenv(name);
+    return v != NULL && strcmp(v, value) == 0;
 }
 
-static PyObject *pyfini__hook_call(PyObject *self, PyObject *unused)
+/* Double the capacity of an array of n elements (first: the initial
+   capacity); 0, or -1 with the array unchanged. */
+static inline int pyfini__grow(void **arr, size_t *cap, size_t n, size_t elem, size_t first)
 {
-    (void)unused;
-    pyfini__entry *e = PYFINI_CAST(pyfini__entry *,
-                                   PyCapsule_GetPointer(self, "pyfini.entry.v1"));
-    if (e == NULL) {
-        return NULL;
-    }
-    pyfini__registry *reg = e->registry;
-    if (reg != NULL) {
-        pyfini__set_phase(reg, e->phase);
-    }
-    if (e->state == PYFINI__PENDING) {
-        e->state = PYFINI__RAN;
-        if (reg != NULL) {
-            pyfini__unlink(&reg->heads[e->phase], &reg->counts[e->phase], e);
-        }
-        pyfini__call_with_gil(e, reg ? reg->interp_id : -1);
-    }
-    Py_RETURN_NONE;
-}
-
-/* Marks the start of the USER phase: registered with atexit at the end of
-   PRE_SHUTDOWN, so it is the newest atexit callback and runs first. */
-PYFINI__UNUSED static PyObject *pyfini__user_opener(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
-                                        PyCapsule_GetPointer(self, "pyfini.opener.v1"));
-    if (reg == NULL) {
-        return NULL;
-    }
-    pyfini__set_phase(reg, PYFINI_USER);
-    Py_RETURN_NONE;
-}
-
-PYFINI__UNUSED static PyMethodDef pyfini__hook_def = {
-    "pyfini_callback", pyfini__hook_call, METH_NOARGS,
-    "A pyfini exit callback (PRE_SHUTDOWN or USER phase)."};
-PYFINI__UNUSED static PyMethodDef pyfini__opener_def = {
-    "pyfini_user_phase_begins", pyfini__user_opener, METH_NOARGS,
-    "Marks the start of pyfini's USER phase."};
-
-static inline int pyfini__register_opener(pyfini__registry *reg)
-{
-    PyObject *cap = PyCapsule_New(reg, "pyfini.opener.v1", NULL);
-    if (cap == NULL) {
+    size_t ncap = *cap ? 2 * *cap : first;
+    void *a = PYFINI_CALLOC(ncap, elem);
+    if (a == NULL) {
         return -1;
     }
-    PyObject *fn = PyCFunction_New(&pyfini__opener_def, cap);
-    Py_DECREF(cap);
-    if (fn == NULL) {
-        return -1;
+    if (n) {
+        memcpy(a, *arr, n * elem);
     }
-    PyObject *atexit = PyImport_ImportModule("atexit");
-    PyObject *r = atexit ? PyObject_CallMethod(atexit, "register", "O", fn) : NULL;
-    Py_XDECREF(atexit);
-    Py_DECREF(fn);
-    if (r == NULL) {
-        return -1;
-    }
-    Py_DECREF(r);
+    PYFINI_FREE(*arr);
+    *arr = a;
+    *cap = ncap;
     return 0;
 }
 
-/* threading._register_atexit() callback registered when the registry is
-   made: runs after every pyfini PRE_SHUTDOWN callback (it is the oldest). */
-PYFINI__UNUSED static PyObject *pyfini__pre_sentinel(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
-                                        PyCapsule_GetPointer(self, "pyfini.opener.v1"));
-    if (reg == NULL) {
-        return NULL;
-    }
-    pyfini__set_phase(reg, PYFINI_PRE_SHUTDOWN);
-    if (pyfini__register_opener(reg) < 0) {
-        PyErr_WriteUnraisable(NULL);
-    }
-    Py_RETURN_NONE;
-}
-PYFINI__UNUSED static PyMethodDef pyfini__sentinel_def = {
-    "pyfini_pre_shutdown_ends", pyfini__pre_sentinel, METH_NOARGS,
-    "Marks the end of pyfini's PRE_SHUTDOWN phase."};
+/* ======================================================================== */
+/* 6. The registry: check, find, create, publish, free                      */
+/* ======================================================================== */
+/* One registry per interpreter, shared by every copy (section 3). Its hooks
+   and operations are defined in the sections that use them; the registry
+   only stores or plants them. These three are the forward declarations the
+   file needs for that: */
+static inline void pyfini__install_markers(pyfini__registry *reg);        /* 8, 9 */
+static void pyfini__registry_capsule_destructor(PyObject *capsule);       /* 10 */
+static inline void pyfini__registry_set_ops(pyfini__registry *reg);       /* 13 */
 
-/* threading._register_atexit(fn), or atexit.register(fn). */
-static inline int pyfini__python_register(int phase, PyObject *fn)
-{
-    PyObject *mod = PyImport_ImportModule(phase == PYFINI_PRE_SHUTDOWN ? "threading" : "atexit");
-    if (mod == NULL) {
-        return -1;
-    }
-    PyObject *r = PyObject_CallMethod(mod, phase == PYFINI_PRE_SHUTDOWN ? "_register_atexit" : "register",
-                                      "O", fn);
-    Py_DECREF(mod);
-    if (r == NULL) {
-        return -1;
-    }
-    Py_DECREF(r);
-    return 0;
-}
-
-/* ---------------- POST_SHUTDOWN ----------------------------------------- */
-
-/* The finder: a capsule under PYFINI_REGISTRY_KEY in the interpreter's
-   builtins dict, so that the registry is found without the state dict -
-   during finalize_modules() (sys.modules is None), during the state-dict
-   clear (interp->dict is NULL: PyInterpreterState_GetDict would make a new
-   one) and after it. finalize_modules() empties the builtins dict and sets
-   its values to None; while armed, the finder puts itself back each time
-   (the dict is consistent when it is released: PyDict_Clear detaches the
-   entries first, PyDict_SetItem stores the new value first). */
-static void pyfini__finder_destructor(PyObject *capsule);
-static inline void pyfini__epochs_bump(pyfini__registry *reg);
-
-static inline void pyfini__finder_set(pyfini__registry *reg, PyObject *builtins)
-{
-    if (builtins == NULL) {
-        return;
-    }
-    PyObject *finder = PyCapsule_New(reg, PYFINI__FINDER_CAPSULE, pyfini__finder_destructor);
-    reg->finder_replanting = 1;
-    if (finder == NULL || pyfini__dict_set(builtins, PYFINI_REGISTRY_KEY, finder) < 0) {
-        PyErr_Clear();
-    }
-    reg->finder_replanting = 0;
-    Py_XDECREF(finder);
-}
-
-static void pyfini__finder_destructor(PyObject *capsule)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
-                                        PyCapsule_GetPointer(capsule, PYFINI__FINDER_CAPSULE));
-    if (reg == NULL) {
-        PyErr_Clear();
-    } else if (reg->finder_armed && !reg->finder_replanting && reg->builtins != NULL) {
-        if (Py_REFCNT(reg->builtins) > 0) {
-            pyfini__finder_set(reg, reg->builtins);
-        } else {
-            /* the builtins dict itself is being deallocated: POST_SHUTDOWN
-               never came (a leaked reference kept the registry capsule
-               alive past the state-dict clear). Never write into it, and
-               drop every cached pointer to this interpreter's states: after
-               Py_FinalizeEx + Py_Initialize the main interpreter comes back
-               at the same address with the same ID 0. */
-            reg->finder_armed = 0;
-            reg->builtins = NULL;
-            pyfini__epochs_bump(reg);
-        }
-    }
-    PyErr_Restore(type, value, tb);
-}
-
-static inline void pyfini__free_registry(pyfini__registry *reg)
-{
-    /* PRE/USER entries whose hooks are still alive (leaked): detach them */
-    for (int p = PYFINI_PRE_SHUTDOWN; p <= PYFINI_USER; p++) {
-        while (reg->heads[p] != NULL) {
-            pyfini__entry *e = reg->heads[p];
-            pyfini__unlink(&reg->heads[p], &reg->counts[p], e);
-            e->registry = NULL;
-        }
-    }
-    while (reg->heads[PYFINI_POST_SHUTDOWN] != NULL) {
-        pyfini__entry *e = reg->heads[PYFINI_POST_SHUTDOWN];
-        pyfini__unlink(&reg->heads[PYFINI_POST_SHUTDOWN], &reg->counts[PYFINI_POST_SHUTDOWN], e);
-        PYFINI_FREE(e);
-    }
-    if (reg->root != NULL && !reg->root->atexit_registered) {
-        /* no RUNTIME_SHUTDOWN callback was ever registered */
-        PYFINI_FREE(reg->root);
-    }
-    reg->root = NULL;
-    PYFINI_FREE(reg->epochs);
-    PYFINI_FREE(reg);
-}
-
-static inline int pyfini__states_finalize(pyfini__registry *reg);
-static inline void pyfini__track_prune(pyfini__state_rec *rec);
-
-static inline void pyfini__run_post(pyfini__registry *reg)
-{
-    pyfini__set_phase(reg, PYFINI_POST_SHUTDOWN);
-    /* the builtins dict is being emptied: make sure the finder is in it */
-    if (reg->finder_armed) {
-        pyfini__finder_set(reg, reg->builtins);
-    }
-    pyfini__entry **head = &reg->heads[PYFINI_POST_SHUTDOWN];
-    while (*head != NULL) {
-        pyfini__entry *e = *head;
-        pyfini__unlink(head, &reg->counts[PYFINI_POST_SHUTDOWN], e);
-        e->state = PYFINI__RAN;
-        pyfini__call_with_gil(e, reg->interp_id);
-        PYFINI_FREE(e);
-    }
-    pyfini__states_finalize(reg);
-    if (reg->finder_armed) {
-        reg->finder_armed = 0;
-        if (PyDict_DelItemString(reg->builtins, PYFINI_REGISTRY_KEY) < 0) {
-            PyErr_Clear();
-        }
-    }
-    pyfini__free_registry(reg);
-}
-
-PYFINI__UNUSED static void pyfini__post_capsule_destructor(PyObject *capsule)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
-                                        PyCapsule_GetPointer(capsule, PYFINI__POST_CAPSULE));
-    if (reg == NULL) {
-        PyErr_Clear();
-    } else {
-        pyfini__run_post(reg);
-    }
-    PyErr_Restore(type, value, tb);
-}
-
-/* The state-dict capsule dies in interpreter_clear(): Py_CLEAR(interp->dict).
-   Plant the finder and the POST_SHUTDOWN trigger as the last entries of the
-   builtins dict, which interpreter_clear() clears after the last GC. */
-PYFINI__UNUSED static void pyfini__registry_capsule_destructor_impl(PyObject *capsule);
-PYFINI__UNUSED static void pyfini__registry_capsule_destructor(PyObject *capsule)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    pyfini__registry_capsule_destructor_impl(capsule);
-    PyErr_Restore(type, value, tb);
-}
-PYFINI__UNUSED static void pyfini__registry_capsule_destructor_impl(PyObject *capsule)
-{
-    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
-                                        PyCapsule_GetPointer(capsule, PYFINI_REGISTRY_KEY));
-    if (reg == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    if (!reg->published) {
-        /* lost the race to PyDict_SetDefault(): never used, free at once */
-        pyfini__free_registry(reg);
-        return;
-    }
-    reg->dict_cleared = 1;
-    pyfini__set_phase(reg, PYFINI_USER);
-    /* drop now the weak references of tracked objects that already died:
-       CPython 3.11 loses a weak reference object freed after a
-       sub-interpreter's last GC (80 bytes each; pinned by tests) */
-    for (pyfini__state_rec *r = reg->state_newest; r != NULL; r = r->older) {
-        pyfini__track_prune(r);
-    }
-    PyObject *builtins = reg->builtins;
-    PyObject *post = builtins ? PyCapsule_New(reg, PYFINI__POST_CAPSULE,
-                                              pyfini__post_capsule_destructor)
-                              : NULL;
-    if (post != NULL) {
-        if (reg->finder_armed) {
-            pyfini__finder_set(reg, builtins);
-        }
-        /* delete first so that the key is appended: last to be released */
-        if (PyDict_DelItemString(builtins, PYFINI__POST_KEY) < 0) {
-            PyErr_Clear();
-        }
-        if (pyfini__dict_set(builtins, PYFINI__POST_KEY, post) == 0) {
-            Py_DECREF(post);
-            return;
-        }
-        /* the capsule's destructor runs POST_SHUTDOWN now */
-        PyErr_Clear();
-        fprintf(stderr, "pyfini: interpreter %lld: cannot defer POST_SHUTDOWN past the last "
-                        "garbage collection; running it at the state-dict clear\n",
-                (long long)reg->interp_id);
-        Py_DECREF(post);
-        return;
-    }
-    PyErr_Clear();
-    fprintf(stderr, "pyfini: interpreter %lld: no builtins dict at the state-dict clear; "
-                    "running POST_SHUTDOWN early\n", (long long)reg->interp_id);
-    pyfini__run_post(reg);
-}
-
-/* ---------------- registry operations (stored in the registry) ----------- */
-
-static inline pyfini__registry *pyfini__registry_get(int create);
-static inline void pyfini__install_sentinel(pyfini__registry *reg);
-static void *pyfini__state_get_impl(pyfini__registry *reg, const pyfini_state_def *def, int mode,
-                                    uint64_t *caller_epoch, int *cacheable);
-static int pyfini__state_track_impl(pyfini__registry *reg, const pyfini_state_def *def,
-                                    PyObject *obj);
-static int pyfini__state_warnings_impl(pyfini__registry *reg, const pyfini_state_def *def,
-                                       int enabled);
-
-/* Run fn with the MAIN interpreter's GIL held, from a sub-interpreter: a
-   temporary thread state of the main interpreter is attached
-   (PyThreadState_New + PyEval_RestoreThread), then the caller's thread state
-   is restored. Exceptions raised under the main interpreter are turned into
-   RuntimeError in the caller's. */
-typedef int (*pyfini__main_fn)(pyfini_callback func, void *arg);
-
-static inline int pyfini__root_add_locked(pyfini_callback func, void *arg);
-static inline int pyfini__root_cancel_locked(pyfini_callback func, void *arg);
-
-static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void *arg)
-{
-    PyInterpreterState *main_interp = PyInterpreterState_Main();
-    if (PyInterpreterState_Get() == main_interp) {
-        return fn(func, arg);
-    }
-    if (pyfini__runtime_finalizing()) {
-        return pyfini__fail(PyExc_RuntimeError,
-                            "RUNTIME_SHUTDOWN: the runtime is finalizing; the main interpreter "
-                            "can no longer be attached from a sub-interpreter");
-    }
-    PyThreadState *mine = PyEval_SaveThread();
-    PyThreadState *ts = PyThreadState_New(main_interp);
-    if (ts == NULL) {
-        PyEval_RestoreThread(mine);
-        return pyfini__fail(PyExc_MemoryError, "RUNTIME_SHUTDOWN: cannot create a thread state "
-                                               "of the main interpreter");
-    }
-    PyEval_RestoreThread(ts);
-    pyfini__in_temporary_tstate = 1;
-    int rc = fn(func, arg);
-    pyfini__in_temporary_tstate = 0;
-    char msg[256] = "";
-    if (rc < 0 && PyErr_Occurred()) {
-        pyfini__fail_from_exception("in the main interpreter");
-        snprintf(msg, sizeof msg, "%s", pyfini__error_buf + 8);
-        PyErr_Clear();
-    }
-    PyThreadState_Clear(ts);
-    PyThreadState_DeleteCurrent();
-    PyEval_RestoreThread(mine);
-    if (rc < 0) {
-        return pyfini__fail(PyExc_RuntimeError, msg[0] ? msg : "RUNTIME_SHUTDOWN: failed in the "
-                                                               "main interpreter");
-    }
-    return rc;
-}
-
-/* With the main interpreter's GIL held. */
-static inline pyfini__root *pyfini__main_root(void)
-{
-    pyfini__registry *reg = pyfini__registry_get(1);
-    if (reg == NULL) {
-        return NULL;
-    }
-    if (reg->root == NULL) {
-        pyfini__fail(PyExc_RuntimeError, "RUNTIME_SHUTDOWN: the main interpreter's registry "
-                                         "has no process-wide list (made by an older copy?)");
-    }
-    return reg->root;
-}
-
-static inline int pyfini__root_add_locked(pyfini_callback func, void *arg)
-{
-    pyfini__root *root = pyfini__main_root();
-    if (root == NULL) {
-        return -1;
-    }
-    if (root->phase >= PYFINI_RUNTIME_SHUTDOWN) {
-        return pyfini__fail(PyExc_RuntimeError, "phase PYFINI_RUNTIME_SHUTDOWN has already begun");
-    }
-    pyfini__entry *e = PYFINI_CAST(pyfini__entry *, PYFINI_CALLOC(1, sizeof(pyfini__entry)));
-    if (e == NULL) {
-        pyfini__fail(NULL, "out of memory");
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (!root->atexit_registered) {
-        if (Py_AtExit(pyfini__runtime_run) < 0) {
-            PYFINI_FREE(e);
-            return pyfini__fail(PyExc_RuntimeError, "RUNTIME_SHUTDOWN: all 32 Py_AtExit slots "
-                                                    "of the process are taken");
-        }
-        root->atexit_registered = 1;
-        pyfini__atexit_root = root;
-    }
-    e->func = func;
-    e->arg = arg;
-    e->phase = PYFINI_RUNTIME_SHUTDOWN;
-    pyfini__push(&root->head, &root->count, e);
-    return 0;
-}
-
-static inline int pyfini__root_cancel_locked(pyfini_callback func, void *arg)
-{
-    pyfini__root *root = pyfini__main_root();
-    if (root == NULL) {
-        return -1;
-    }
-    pyfini__entry *e = pyfini__find(root->head, func, arg);
-    if (e == NULL) {
-        return 0;
-    }
-    pyfini__unlink(&root->head, &root->count, e);
-    PYFINI_FREE(e);
-    return 1;
-}
-
-PYFINI__UNUSED static int pyfini__registry_add(pyfini__registry *reg, pyfini_callback func, void *arg, int phase)
-{
-    if (phase == PYFINI_RUNTIME_SHUTDOWN) {
-        if (reg->root != NULL) {   /* main interpreter: also during its teardown */
-            return pyfini__root_add_locked(func, arg);
-        }
-        return pyfini__in_main(pyfini__root_add_locked, func, arg);
-    }
-    if (reg->phase >= phase) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "cannot register for %s in interpreter %lld: phase %s has already begun",
-                 pyfini_phase_name(phase), (long long)reg->interp_id,
-                 pyfini_phase_name(reg->phase > phase ? reg->phase : phase));
-        return pyfini__fail(PyExc_RuntimeError, msg);
-    }
-    pyfini__entry *e = PYFINI_CAST(pyfini__entry *, PYFINI_CALLOC(1, sizeof(pyfini__entry)));
-    if (e == NULL) {
-        pyfini__fail(NULL, "out of memory");
-        PyErr_NoMemory();
-        return -1;
-    }
-    e->func = func;
-    e->arg = arg;
-    e->phase = phase;
-    e->registry = reg;
-    if (phase == PYFINI_POST_SHUTDOWN) {
-        pyfini__push(&reg->heads[phase], &reg->counts[phase], e);
-        return 0;
-    }
-    /* PRE_SHUTDOWN / USER: one Python callable per entry, registered with
-       threading._register_atexit / atexit.register; it owns the entry. */
-    PyObject *cap = PyCapsule_New(e, "pyfini.entry.v1", pyfini__entry_capsule_destructor);
-    if (cap == NULL) {
-        PYFINI_FREE(e);
-        return pyfini__fail_from_exception("cannot register");
-    }
-    pyfini__push(&reg->heads[phase], &reg->counts[phase], e);
-    PyObject *fn = PyCFunction_New(&pyfini__hook_def, cap);
-    Py_DECREF(cap);        /* on failure this frees e (state pending, phase not begun) */
-    if (fn == NULL) {
-        return pyfini__fail_from_exception("cannot register");
-    }
-    e->hook = fn;
-    if (pyfini__python_register(phase, fn) < 0) {
-        e->state = PYFINI__CANCELLED;   /* never ran; must not run from the destructor */
-        Py_DECREF(fn);
-        return pyfini__fail_from_exception("cannot register");
-    }
-    Py_DECREF(fn);         /* threading/atexit keeps it */
-    pyfini__install_sentinel(reg);   /* threading or atexit is imported now */
-    return 0;
-}
-
-PYFINI__UNUSED static int pyfini__registry_cancel(pyfini__registry *reg, pyfini_callback func, void *arg, int phase)
-{
-    if (phase == PYFINI_RUNTIME_SHUTDOWN) {
-        if (reg->root != NULL) {
-            return pyfini__root_cancel_locked(func, arg);
-        }
-        return pyfini__in_main(pyfini__root_cancel_locked, func, arg);
-    }
-    pyfini__entry *e = pyfini__find(reg->heads[phase], func, arg);
-    if (e == NULL) {
-        return 0;
-    }
-    pyfini__unlink(&reg->heads[phase], &reg->counts[phase], e);
-    e->state = PYFINI__CANCELLED;
-    if (phase == PYFINI_POST_SHUTDOWN) {
-        PYFINI_FREE(e);
-        return 1;
-    }
-    if (phase == PYFINI_USER && reg->phase < PYFINI_PRE_SHUTDOWN) {
-        /* not finalizing yet: drop it from atexit too (frees the entry) */
-        PyObject *hook = e->hook;
-        PyObject *atexit = PyImport_ImportModule("atexit");
-        PyObject *r = atexit ? PyObject_CallMethod(atexit, "unregister", "O", hook) : NULL;
-        Py_XDECREF(atexit);
-        if (r == NULL) {
-            PyErr_Clear();   /* it stays registered as a no-op */
-        }
-        Py_XDECREF(r);
-    }
-    return 1;
-}
-
-/* ---------------- finding / creating the registry ----------------------- */
-
+/* The registry in capsule `cap` (named `name`), made by any copy of this ABI
+   version, if this copy can read it: its struct_size covers every field of
+   this copy's layout. NULL with RuntimeError otherwise. */
 static inline pyfini__registry *pyfini__registry_check(PyObject *cap, const char *name)
 {
     if (!PyCapsule_IsValid(cap, name)) {
@@ -1204,217 +904,18 @@ static inline pyfini__registry *pyfini__registry_check(PyObject *cap, const char
         pyfini__fail(PyExc_RuntimeError, "pyfini registry of another ABI version");
         return NULL;
     }
-    return reg;
-}
-
-/* Phase tracking hooks, installed when the registry is made (and retried on
-   later lookups until they are in):
-   - once `threading` has been imported in the interpreter (pyfini never
-     imports it just for this: on 3.12/3.13 each module imported in a
-     sub-interpreter adds to what CPython itself loses per interpreter), a
-     threading._register_atexit hook that marks the end of PRE_SHUTDOWN and
-     registers the "USER begins" marker with atexit;
-   - once `atexit` has been imported (again, not imported just for this),
-     an atexit "tail" marker, registered early, so it runs after every
-     atexit callback registered later: from then on USER has begun.
-   Never under pyfini's temporary thread state of the main interpreter:
-   threading._main_thread must not be bound to a thread state deleted at
-   once (its _shutdown() would fail "assert tlock.locked()", seen on 3.12.1). */
-static inline void pyfini__install_sentinel(pyfini__registry *reg)
-{
-    if (reg->phase != PYFINI_RUNNING) {
-        return;
-    }
-    if (!(reg->sentinel_installed & 2)) {
-        PyObject *aname = PyUnicode_FromString("atexit");
-        PyObject *atexit = aname ? PyImport_GetModule(aname) : NULL;   /* only if imported */
-        Py_XDECREF(aname);
-        PyErr_Clear();
-        if (atexit != NULL) {
-            Py_DECREF(atexit);
-            reg->sentinel_installed |= 2;
-            if (pyfini__register_opener(reg) < 0) {
-                PyErr_Clear();
-            }
-        }
-    }
-    if (reg->sentinel_installed & 1) {
-        return;
-    }
-    PyObject *name = PyUnicode_FromString("threading");
-    PyObject *threading = name ? PyImport_GetModule(name) : NULL;   /* new ref, or NULL */
-    Py_XDECREF(name);
-    if (threading == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    reg->sentinel_installed |= 1;
-    PyObject *cap = PyCapsule_New(reg, "pyfini.opener.v1", NULL);
-    PyObject *fn = cap ? PyCFunction_New(&pyfini__sentinel_def, cap) : NULL;
-    Py_XDECREF(cap);
-    PyObject *r = fn ? PyObject_CallMethod(threading, "_register_atexit", "O", fn) : NULL;
-    Py_XDECREF(fn);
-    Py_DECREF(threading);
-    if (r != NULL) {
-        Py_DECREF(r);
-        return;
-    }
-    if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
-        /* threading is already shutting down: PRE_SHUTDOWN has begun */
-        PyErr_Clear();
-        reg->phase = PYFINI_PRE_SHUTDOWN;
-        if (pyfini__register_opener(reg) < 0) {
-            PyErr_Clear();
-        }
-        return;
-    }
-    PyErr_Clear();
-}
-
-/* The registry of the current interpreter (GIL held), or NULL with an
-   exception set (and pyfini_last_error()). create=0: NULL without an
-   exception if there is none. */
-static inline pyfini__registry *pyfini__registry_get(int create)
-{
-    PyObject *builtins = pyfini__builtins();
-    if (builtins != NULL) {
-        /* the registry is reachable through builtins, also during teardown */
-        PyObject *finder = PyDict_GetItemString(builtins, PYFINI_REGISTRY_KEY);
-        if (finder != NULL && PyCapsule_IsValid(finder, PYFINI__FINDER_CAPSULE)) {
-            return pyfini__registry_check(finder, PYFINI__FINDER_CAPSULE);   /* teardown */
-        }
-    }
-    if (builtins == NULL || !pyfini__state_dict_usable()) {
-        if (!create) {
-            return NULL;
-        }
-        pyfini__fail(PyExc_RuntimeError, "the interpreter is past its state-dict clear "
-                                         "(finalized); nothing can be registered");
+    if (!PYFINI__HAS_FIELD(pyfini__registry, reg, reserved)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "pyfini registry of %u bytes (made by pyfini 0x%06x) is "
+                 "smaller than the %zu bytes this copy reads", (unsigned)reg->struct_size,
+                 (unsigned)reg->creator_version, sizeof(pyfini__registry));
+        pyfini__fail(PyExc_RuntimeError, msg);
         return NULL;
-    }
-    PyInterpreterState *interp = PyInterpreterState_Get();
-    PyObject *dict = PyInterpreterState_GetDict(interp);
-    if (dict == NULL) {
-        pyfini__fail(PyExc_RuntimeError, "the interpreter has no state dict");
-        return NULL;
-    }
-    PyObject *key = PyUnicode_FromString(PYFINI_REGISTRY_KEY);
-    if (key == NULL) {
-        pyfini__fail_from_exception("cannot look up the registry");
-        return NULL;
-    }
-    PyObject *cap = PyDict_GetItemWithError(dict, key);
-    if (cap != NULL || PyErr_Occurred() || !create) {
-        Py_DECREF(key);
-        if (cap == NULL) {
-            if (PyErr_Occurred()) {
-                pyfini__fail_from_exception("cannot look up the registry");
-            }
-            return NULL;
-        }
-        pyfini__registry *found = pyfini__registry_check(cap, PYFINI_REGISTRY_KEY);
-        if (found != NULL && !pyfini__in_temporary_tstate) {
-            pyfini__install_sentinel(found);
-        }
-        return found;
-    }
-    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
-                                        PYFINI_CALLOC(1, sizeof(pyfini__registry)));
-    pyfini__root *root = NULL;
-    int is_main = interp == PyInterpreterState_Main();
-    if (reg != NULL && is_main) {
-        root = PYFINI_CAST(pyfini__root *, PYFINI_CALLOC(1, sizeof(pyfini__root)));
-        if (root == NULL) {
-            PYFINI_FREE(reg);
-            reg = NULL;
-        }
-    }
-    if (reg == NULL) {
-        Py_DECREF(key);
-        pyfini__fail(NULL, "out of memory");
-        PyErr_NoMemory();
-        return NULL;
-    }
-    reg->abi_version = PYFINI_ABI_VERSION;
-    reg->struct_size = (uint32_t)sizeof(pyfini__registry);
-    reg->creator_version = PYFINI_VERSION_HEX;
-    reg->interp = interp;
-    reg->interp_id = PyInterpreterState_GetID(interp);
-    reg->add = pyfini__registry_add;
-    reg->cancel = pyfini__registry_cancel;
-    reg->state_get = pyfini__state_get_impl;
-    reg->state_track = pyfini__state_track_impl;
-    reg->state_warnings = pyfini__state_warnings_impl;
-    if (root != NULL) {
-        root->abi_version = PYFINI_ABI_VERSION;
-        root->struct_size = (uint32_t)sizeof(pyfini__root);
-        root->creator_version = PYFINI_VERSION_HEX;
-        reg->root = root;
-    }
-    PyObject *mine = PyCapsule_New(reg, PYFINI_REGISTRY_KEY, pyfini__registry_capsule_destructor);
-    if (mine == NULL) {
-        Py_DECREF(key);
-        pyfini__fail_from_exception("cannot create the registry");
-        pyfini__free_registry(reg);
-        return NULL;
-    }
-    /* Race-free publication: whoever inserts first wins; the loser's
-       capsule frees its registry at once (reg->published stays 0). */
-    PyObject *winner = PyDict_SetDefault(dict, key, mine);   /* borrowed */
-    Py_DECREF(key);
-    if (winner == NULL) {
-        pyfini__fail_from_exception("cannot publish the registry");
-        Py_DECREF(mine);
-        return NULL;
-    }
-    if (winner != mine) {
-        Py_DECREF(mine);
-        return pyfini__registry_check(winner, PYFINI_REGISTRY_KEY);
-    }
-    reg->published = 1;
-    Py_DECREF(mine);          /* the state dict holds it */
-    /* interp->builtins (== the builtins module's dict; it lives past
-       POST_SHUTDOWN). The module through sys.modules, else the builtins of
-       the running frame or, with none, of the interpreter. */
-    PyObject *bname = PyUnicode_FromString("builtins");
-    PyObject *bmod = bname ? PyImport_GetModule(bname) : NULL;
-    Py_XDECREF(bname);
-    reg->builtins = bmod ? PyModule_GetDict(bmod) : pyfini__builtins();
-    Py_XDECREF(bmod);
-    PyErr_Clear();
-    if (reg->builtins != NULL) {
-        reg->finder_armed = 1;
-        pyfini__finder_set(reg, reg->builtins);
-    }
-    if (!pyfini__in_temporary_tstate) {
-        pyfini__install_sentinel(reg);
     }
     return reg;
 }
 
-
-/* ---------------- per-interpreter state (pyfini_state) ------------------- */
-
-/* The referent of a weak reference (new reference), or NULL if it died. */
-static inline PyObject *pyfini__weakref_get(PyObject *wr)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *o = NULL;
-    if (PyWeakref_GetRef(wr, &o) < 0) {   /* gh-105927: 3.13 */
-        PyErr_Clear();
-        return NULL;
-    }
-    return o;
-#else
-    PyObject *o = PyWeakref_GetObject(wr);
-    if (o == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    return o == Py_None ? NULL : Py_NewRef(o);
-#endif
-}
-
+/* ---- the registry's state table (records by name; section 13 uses it) --- */
 
 static inline size_t pyfini__hash_name(const char *s)
 {
@@ -1425,9 +926,14 @@ static inline size_t pyfini__hash_name(const char *s)
     return h;
 }
 
+static inline pyfini__state_rec **pyfini__state_bucket(pyfini__registry *reg, const char *name)
+{
+    return &reg->state_buckets[pyfini__hash_name(name) % PYFINI__STATE_BUCKETS];
+}
+
 static inline pyfini__state_rec *pyfini__state_lookup(pyfini__registry *reg, const char *name)
 {
-    pyfini__state_rec *r = reg->state_buckets[pyfini__hash_name(name) % 64];
+    pyfini__state_rec *r = *pyfini__state_bucket(reg, name);
     for (; r != NULL; r = r->next) {
         if (strcmp(r->name, name) == 0) {
             return r;
@@ -1436,9 +942,19 @@ static inline pyfini__state_rec *pyfini__state_lookup(pyfini__registry *reg, con
     return NULL;
 }
 
+/* Put a record at the head of its bucket and as the newest. */
+static inline void pyfini__state_link(pyfini__registry *reg, pyfini__state_rec *rec)
+{
+    pyfini__state_rec **bucket = pyfini__state_bucket(reg, rec->name);
+    rec->next = *bucket;
+    *bucket = rec;
+    rec->older = reg->state_newest;
+    reg->state_newest = rec;
+}
+
 static inline void pyfini__state_unlink(pyfini__registry *reg, pyfini__state_rec *rec)
 {
-    pyfini__state_rec **pp = &reg->state_buckets[pyfini__hash_name(rec->name) % 64];
+    pyfini__state_rec **pp = pyfini__state_bucket(reg, rec->name);
     while (*pp != NULL && *pp != rec) {
         pp = &(*pp)->next;
     }
@@ -1468,208 +984,6 @@ static inline void pyfini__state_free(pyfini__state_rec *rec, int keep_data)
     PYFINI_FREE(rec);
 }
 
-static inline void pyfini__epochs_bump(pyfini__registry *reg)
-{
-    for (size_t i = 0; i < reg->nepochs; i++) {
-        __atomic_add_fetch(reg->epochs[i], 1, __ATOMIC_SEQ_CST);
-    }
-}
-
-/* Double the capacity of an array of n elements (first: the initial
-   capacity); 0, or -1 with the array unchanged. */
-static inline int pyfini__grow(void **arr, size_t *cap, size_t n, size_t elem, size_t first)
-{
-    size_t ncap = *cap ? 2 * *cap : first;
-    void *a = PYFINI_CALLOC(ncap, elem);
-    if (a == NULL) {
-        return -1;
-    }
-    if (n) {
-        memcpy(a, *arr, n * elem);
-    }
-    PYFINI_FREE(*arr);
-    *arr = a;
-    *cap = ncap;
-    return 0;
-}
-
-/* Remember a copy's epoch counter; 0, or -1 (not remembered: don't cache). */
-static inline int pyfini__epochs_add(pyfini__registry *reg, uint64_t *epoch)
-{
-    for (size_t i = 0; i < reg->nepochs; i++) {
-        if (reg->epochs[i] == epoch) {
-            return 0;
-        }
-    }
-    if (reg->nepochs == reg->cap_epochs &&
-        pyfini__grow(PYFINI_CAST(void **, &reg->epochs), &reg->cap_epochs, reg->nepochs,
-                     sizeof(uint64_t *), 4) < 0) {
-        return -1;
-    }
-    reg->epochs[reg->nepochs++] = epoch;
-    return 0;
-}
-
-static void *pyfini__state_get_impl(pyfini__registry *reg, const pyfini_state_def *def, int mode,
-                                    uint64_t *caller_epoch, int *cacheable)
-{
-    char msg[200];
-    *cacheable = 0;
-    for (;;) {
-        pyfini__state_rec *rec = pyfini__state_lookup(reg, def->name);
-        if (rec != NULL) {
-            if (rec->size != def->size) {
-                snprintf(msg, sizeof msg, "state \"%.80s\" exists with size %zu, not %zu",
-                         def->name, rec->size, def->size);
-                pyfini__fail(PyExc_ValueError, msg);
-                return NULL;
-            }
-            switch (rec->status) {
-            case PYFINI__STATE_ALIVE:
-                *cacheable = caller_epoch != NULL && pyfini__epochs_add(reg, caller_epoch) == 0;
-                return rec->data;
-            case PYFINI__STATE_CLEARING:
-                return rec->data;
-            case PYFINI__STATE_INIT:
-                if (rec->init_thread == PyThread_get_thread_ident()) {
-                    if (mode == 0) {
-                        return rec->data;   /* from its own init: partly made */
-                    }
-                    snprintf(msg, sizeof msg, "state \"%.80s\" asked for again from its own init",
-                             def->name);
-                    pyfini__fail(PyExc_RuntimeError, msg);
-                    return NULL;
-                }
-                if (mode == 0) {
-                    return NULL;            /* never wait (tp_traverse may call find) */
-                }
-                /* another thread runs init with the GIL released: wait */
-                Py_BEGIN_ALLOW_THREADS
-                struct timespec ts = {0, 100000};
-                nanosleep(&ts, NULL);
-                Py_END_ALLOW_THREADS
-                continue;
-            default:   /* DEAD */
-                if (mode == 0) {
-                    return NULL;
-                }
-                snprintf(msg, sizeof msg, "state \"%.80s\" of interpreter %lld was freed at "
-                         "POST_SHUTDOWN; it is never re-created", def->name,
-                         (long long)reg->interp_id);
-                pyfini__fail(PyExc_RuntimeError, msg);
-                return NULL;
-            }
-        }
-        if (mode == 0) {
-            return NULL;
-        }
-        if (reg->phase >= PYFINI_POST_SHUTDOWN) {
-            snprintf(msg, sizeof msg, "state \"%.80s\" cannot be created in interpreter %lld: "
-                     "POST_SHUTDOWN has begun", def->name, (long long)reg->interp_id);
-            pyfini__fail(PyExc_RuntimeError, msg);
-            return NULL;
-        }
-        rec = PYFINI_CAST(pyfini__state_rec *, PYFINI_CALLOC(1, sizeof(pyfini__state_rec)));
-        size_t nlen = strlen(def->name);
-        char *name = rec ? PYFINI_CAST(char *, PYFINI_CALLOC(1, nlen + 1)) : NULL;
-        void *data = name ? PYFINI_CALLOC(1, def->size ? def->size : 1) : NULL;
-        if (data == NULL) {
-            if (rec) {
-                PYFINI_FREE(name);
-                PYFINI_FREE(rec);
-            }
-            pyfini__fail(NULL, "out of memory");
-            PyErr_NoMemory();
-            return NULL;
-        }
-        memcpy(name, def->name, nlen);
-        rec->name = name;
-        rec->size = def->size;
-        rec->data = data;
-        rec->clear = def->clear;
-        rec->leak_warnings = 1;
-        rec->status = def->init ? PYFINI__STATE_INIT : PYFINI__STATE_ALIVE;
-        rec->init_thread = PyThread_get_thread_ident();
-        /* published before init runs: other threads find it and wait */
-        size_t b = pyfini__hash_name(name) % 64;
-        rec->next = reg->state_buckets[b];
-        reg->state_buckets[b] = rec;
-        rec->older = reg->state_newest;
-        reg->state_newest = rec;
-        if (def->init != NULL) {
-            int rc = def->init(data);
-            if (rc != 0 || PyErr_Occurred()) {
-                if (!PyErr_Occurred()) {
-                    snprintf(msg, sizeof msg, "init of state \"%.80s\" failed without an exception",
-                             def->name);
-                    PyErr_SetString(PyExc_SystemError, msg);
-                }
-                pyfini__fail_from_exception("state init failed");
-                pyfini__state_unlink(reg, rec);
-                pyfini__state_free(rec, 0);
-                return NULL;
-            }
-            rec->status = PYFINI__STATE_ALIVE;
-            /* cleared in the reverse order of COMPLETED inits: a state made
-               inside this init is cleared after this one */
-            pyfini__state_unlink(reg, rec);
-            rec->next = reg->state_buckets[b];
-            reg->state_buckets[b] = rec;
-            rec->older = reg->state_newest;
-            reg->state_newest = rec;
-        }
-        *cacheable = caller_epoch != NULL && pyfini__epochs_add(reg, caller_epoch) == 0;
-        return data;
-    }
-}
-
-static int pyfini__state_track_impl(pyfini__registry *reg, const pyfini_state_def *def,
-                                    PyObject *obj)
-{
-    pyfini__state_rec *rec = pyfini__state_lookup(reg, def->name);
-    if (rec == NULL || (rec->status != PYFINI__STATE_ALIVE && rec->status != PYFINI__STATE_INIT)) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "pyfini_track: state \"%.80s\" %s", def->name,
-                 rec == NULL ? "does not exist in this interpreter" : "is being cleared or freed");
-        return pyfini__fail(PyExc_RuntimeError, msg);
-    }
-    if (PyType_Check(obj) && !PyType_HasFeature(PYFINI_CAST(PyTypeObject *, obj),
-                                                Py_TPFLAGS_HEAPTYPE)) {
-        return pyfini__fail(PyExc_ValueError, "pyfini_track: a static type never dies; "
-                                              "track heap types and instances");
-    }
-    PyObject *wr = PyWeakref_NewRef(obj, NULL);
-    if (wr == NULL) {
-        return pyfini__fail_from_exception("pyfini_track");
-    }
-    if (rec->ntracked == rec->cap_tracked) {
-        pyfini__track_prune(rec);   /* first drop the references whose objects died */
-    }
-    if (rec->ntracked == rec->cap_tracked &&
-        pyfini__grow(PYFINI_CAST(void **, &rec->tracked), &rec->cap_tracked, rec->ntracked,
-                     sizeof(PyObject *), 16) < 0) {
-        Py_DECREF(wr);
-        pyfini__fail(NULL, "out of memory");
-        PyErr_NoMemory();
-        return -1;
-    }
-    rec->tracked[rec->ntracked++] = wr;
-    return 0;
-}
-
-static int pyfini__state_warnings_impl(pyfini__registry *reg, const pyfini_state_def *def,
-                                       int enabled)
-{
-    pyfini__state_rec *rec = pyfini__state_lookup(reg, def->name);
-    if (rec == NULL) {
-        return pyfini__fail(PyExc_RuntimeError, "pyfini_state_leak_warnings: no such state in "
-                                                "this interpreter");
-    }
-    int prev = rec->leak_warnings;
-    rec->leak_warnings = enabled != 0;
-    return prev;
-}
-
 /* Drop the weak references whose objects have died. */
 static inline void pyfini__track_prune(pyfini__state_rec *rec)
 {
@@ -1686,12 +1000,667 @@ static inline void pyfini__track_prune(pyfini__state_rec *rec)
     rec->ntracked = kept;
 }
 
-static inline int pyfini__env_is(const char *name, const char *value)
+/* ---- the copies' cache epochs --------------------------------------------- */
+
+/* Invalidate every copy's cached pointers to this interpreter's states. */
+static inline void pyfini__epochs_bump(pyfini__registry *reg)
 {
-    const char *v = getenv(name);
-    return v != NULL && strcmp(v, value) == 0;
+    for (size_t i = 0; i < reg->nepochs; i++) {
+        __atomic_add_fetch(reg->epochs[i], 1, __ATOMIC_SEQ_CST);
+    }
 }
 
+#define PYFINI__EPOCHS_FIRST_CAP 4
+/* Remember a copy's epoch counter; 0, or -1 (not remembered: don't cache). */
+static inline int pyfini__epochs_add(pyfini__registry *reg, uint64_t *epoch)
+{
+    for (size_t i = 0; i < reg->nepochs; i++) {
+        if (reg->epochs[i] == epoch) {
+            return 0;
+        }
+    }
+    if (reg->nepochs == reg->cap_epochs &&
+        pyfini__grow(PYFINI_CAST(void **, &reg->epochs), &reg->cap_epochs, reg->nepochs,
+                     sizeof(uint64_t *), PYFINI__EPOCHS_FIRST_CAP) < 0) {
+        return -1;
+    }
+    reg->epochs[reg->nepochs++] = epoch;
+    return 0;
+}
+
+/* ---- the finder: the registry in the builtins dict ------------------------ */
+
+/* The finder: a capsule under PYFINI_REGISTRY_KEY in the interpreter's
+   builtins dict, so that the registry is found without the state dict -
+   during finalize_modules() (sys.modules is None), during the state-dict
+   clear (interp->dict is NULL: PyInterpreterState_GetDict would make a new
+   one) and after it. finalize_modules() empties the builtins dict and sets
+   its values to None; while armed, the finder puts itself back each time
+   (the dict is consistent when it is released: PyDict_Clear detaches the
+   entries first, PyDict_SetItem stores the new value first). */
+static void pyfini__finder_destructor(PyObject *capsule);
+
+static inline void pyfini__finder_set(pyfini__registry *reg, PyObject *builtins)
+{
+    if (builtins == NULL) {
+        return;
+    }
+    PyObject *finder = PyCapsule_New(reg, PYFINI__FINDER_CAPSULE, pyfini__finder_destructor);
+    reg->finder_replanting = 1;
+    if (finder == NULL || pyfini__dict_set(builtins, PYFINI_REGISTRY_KEY, finder) < 0) {
+        PyErr_Clear();
+    }
+    reg->finder_replanting = 0;
+    Py_XDECREF(finder);
+}
+
+static inline void pyfini__finder_released(PyObject *capsule)
+{
+    pyfini__registry *reg = PYFINI_CAST(
+        pyfini__registry *, pyfini__released_pointer(capsule, PYFINI__FINDER_CAPSULE));
+    if (reg != NULL && reg->finder_armed && !reg->finder_replanting && reg->builtins != NULL) {
+        if (Py_REFCNT(reg->builtins) > 0) {
+            pyfini__finder_set(reg, reg->builtins);
+        } else {
+            /* the builtins dict itself is being deallocated: POST_SHUTDOWN
+               never came (a leaked reference kept the registry capsule
+               alive past the state-dict clear). Never write into it, and
+               drop every cached pointer to this interpreter's states: after
+               Py_FinalizeEx + Py_Initialize the main interpreter comes back
+               at the same address with the same ID 0. */
+            reg->finder_armed = 0;
+            reg->builtins = NULL;
+            pyfini__epochs_bump(reg);
+        }
+    }
+}
+
+static void pyfini__finder_destructor(PyObject *capsule)
+{
+    PYFINI__KEEPING_EXCEPTION(pyfini__finder_released(capsule));
+}
+
+/* ---- free ---------------------------------------------------------------- */
+
+static inline void pyfini__free_registry(pyfini__registry *reg)
+{
+    /* PRE/USER entries whose hooks are still alive (leaked): detach them */
+    for (int p = PYFINI_PRE_SHUTDOWN; p <= PYFINI_USER; p++) {
+        while (reg->heads[p] != NULL) {
+            pyfini__entry *e = reg->heads[p];
+            pyfini__unlink(&reg->heads[p], &reg->counts[p], e);
+            e->registry = NULL;
+        }
+    }
+    while (reg->heads[PYFINI_POST_SHUTDOWN] != NULL) {
+        pyfini__entry *e = reg->heads[PYFINI_POST_SHUTDOWN];
+        pyfini__unlink(&reg->heads[PYFINI_POST_SHUTDOWN], &reg->counts[PYFINI_POST_SHUTDOWN], e);
+        PYFINI_FREE(e);
+    }
+    if (reg->root != NULL && !reg->root->atexit_registered) {
+        /* no RUNTIME_SHUTDOWN callback was ever registered */
+        PYFINI_FREE(reg->root);
+    }
+    reg->root = NULL;
+    PYFINI_FREE(reg->epochs);
+    PYFINI_FREE(reg);
+}
+
+/* ---- create and publish -------------------------------------------------- */
+
+/* A new registry for `interp` (with the process-wide root if it is the main
+   interpreter), not yet published; NULL with a MemoryError. Every field not
+   set here, the reserved ones included, is 0. */
+static inline pyfini__registry *pyfini__registry_new(PyInterpreterState *interp)
+{
+    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
+                                        PYFINI_CALLOC(1, sizeof(pyfini__registry)));
+    pyfini__root *root = NULL;
+    if (reg != NULL && interp == PyInterpreterState_Main()) {
+        root = PYFINI_CAST(pyfini__root *, PYFINI_CALLOC(1, sizeof(pyfini__root)));
+        if (root == NULL) {
+            PYFINI_FREE(reg);
+            reg = NULL;
+        }
+    }
+    if (reg == NULL) {
+        pyfini__fail_nomem();
+        return NULL;
+    }
+    reg->abi_version = PYFINI_ABI_VERSION;
+    reg->struct_size = (uint32_t)sizeof(pyfini__registry);
+    reg->creator_version = PYFINI_VERSION_HEX;
+    reg->interp = interp;
+    reg->interp_id = PyInterpreterState_GetID(interp);
+    pyfini__registry_set_ops(reg);
+    if (root != NULL) {
+        root->abi_version = PYFINI_ABI_VERSION;
+        root->struct_size = (uint32_t)sizeof(pyfini__root);
+        root->creator_version = PYFINI_VERSION_HEX;
+        reg->root = root;
+    }
+    return reg;
+}
+
+/* Race-free publication in the state dict under `key`: whoever inserts
+   first wins; the loser's capsule frees its registry at once
+   (reg->published stays 0). Returns the winner (reg, or another copy's
+   registry; *won says which), or NULL with an exception. */
+static inline pyfini__registry *pyfini__registry_publish(PyObject *dict, PyObject *key,
+                                                         pyfini__registry *reg, int *won)
+{
+    *won = 0;
+    PyObject *mine = PyCapsule_New(reg, PYFINI_REGISTRY_KEY, pyfini__registry_capsule_destructor);
+    if (mine == NULL) {
+        pyfini__fail_from_exception("cannot create the registry");
+        pyfini__free_registry(reg);
+        return NULL;
+    }
+    PyObject *winner = PyDict_SetDefault(dict, key, mine);   /* borrowed */
+    if (winner == NULL) {
+        pyfini__fail_from_exception("cannot publish the registry");
+        Py_DECREF(mine);
+        return NULL;
+    }
+    if (winner != mine) {
+        Py_DECREF(mine);
+        return pyfini__registry_check(winner, PYFINI_REGISTRY_KEY);
+    }
+    reg->published = 1;
+    *won = 1;
+    Py_DECREF(mine);          /* the state dict holds it */
+    return reg;
+}
+
+/* After a won publication: remember interp->builtins (== the builtins
+   module's dict; it lives past POST_SHUTDOWN) - the module through
+   sys.modules, else the builtins of the running frame or, with none, of the
+   interpreter - plant the finder there, and install the phase markers. */
+static inline void pyfini__registry_arm(pyfini__registry *reg)
+{
+    PyObject *bmod = pyfini__imported_module("builtins");
+    reg->builtins = bmod ? PyModule_GetDict(bmod) : pyfini__builtins();
+    Py_XDECREF(bmod);
+    PyErr_Clear();
+    if (reg->builtins != NULL) {
+        reg->finder_armed = 1;
+        pyfini__finder_set(reg, reg->builtins);
+    }
+    if (!pyfini__in_temporary_tstate) {
+        pyfini__install_markers(reg);
+    }
+}
+
+/* Make, publish and arm the registry of `interp`; returns the registry that
+   won the publication, or NULL with an exception. */
+static inline pyfini__registry *pyfini__registry_create(PyInterpreterState *interp,
+                                                        PyObject *dict, PyObject *key)
+{
+    pyfini__registry *reg = pyfini__registry_new(interp);
+    if (reg == NULL) {
+        return NULL;
+    }
+    int won;
+    pyfini__registry *winner = pyfini__registry_publish(dict, key, reg, &won);
+    if (won) {
+        pyfini__registry_arm(reg);
+    }
+    return winner;
+}
+
+/* ---- find ------------------------------------------------------------------ */
+
+/* The registry in the (usable) state dict of the current interpreter;
+   created and published there if absent and `create`. NULL with an
+   exception on failure; NULL without one if absent and !create. */
+static inline pyfini__registry *pyfini__registry_in_state_dict(int create)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    PyObject *dict = PyInterpreterState_GetDict(interp);
+    if (dict == NULL) {
+        pyfini__fail(PyExc_RuntimeError, "the interpreter has no state dict");
+        return NULL;
+    }
+    PyObject *key = PyUnicode_FromString(PYFINI_REGISTRY_KEY);
+    if (key == NULL) {
+        pyfini__fail_from_exception("cannot look up the registry");
+        return NULL;
+    }
+    PyObject *cap = PyDict_GetItemWithError(dict, key);
+    pyfini__registry *reg = NULL;
+    if (cap != NULL) {
+        reg = pyfini__registry_check(cap, PYFINI_REGISTRY_KEY);
+        if (reg != NULL && !pyfini__in_temporary_tstate) {
+            pyfini__install_markers(reg);   /* retried until both are in */
+        }
+    } else if (PyErr_Occurred()) {
+        pyfini__fail_from_exception("cannot look up the registry");
+    } else if (create) {
+        reg = pyfini__registry_create(interp, dict, key);
+    }
+    Py_DECREF(key);
+    return reg;
+}
+
+/* The registry of the current interpreter (GIL held), or NULL with an
+   exception set (and pyfini_last_error()). create=0: NULL without an
+   exception if there is none. During teardown it is found through the
+   finder in the builtins dict; past the state-dict clear nothing is made. */
+static inline pyfini__registry *pyfini__registry_get(int create)
+{
+    PyObject *builtins = pyfini__builtins();
+    PyObject *finder = builtins ? PyDict_GetItemString(builtins, PYFINI_REGISTRY_KEY) : NULL;
+    if (finder != NULL && PyCapsule_IsValid(finder, PYFINI__FINDER_CAPSULE)) {
+        return pyfini__registry_check(finder, PYFINI__FINDER_CAPSULE);   /* teardown */
+    }
+    if (builtins == NULL || !pyfini__state_dict_usable()) {
+        if (create) {
+            pyfini__fail(PyExc_RuntimeError, "the interpreter is past its state-dict clear "
+                                             "(finalized); nothing can be registered");
+        }
+        return NULL;
+    }
+    return pyfini__registry_in_state_dict(create);
+}
+
+/* ======================================================================== */
+/* 7. PRE_SHUTDOWN                                                          */
+/* ======================================================================== */
+/* Trigger: threading._register_atexit(). Py_EndInterpreter and
+   Py_FinalizeEx call wait_for_thread_shutdown() (Python/pylifecycle.c),
+   i.e. threading._shutdown() (Lib/threading.py), which runs that list
+   newest first BEFORE it joins the non-daemon threads.
+   Marker: the oldest entry of that list, pyfini__pre_end, marks the phase
+   (it runs after every pyfini PRE_SHUTDOWN callback) and hands over to USER.
+   Runner: the entry callables of section 9. */
+
+/* Register fn with threading._register_atexit; 0, or -1 with an exception. */
+static inline int pyfini__pre_register(PyObject *fn)
+{
+    return pyfini__call_module("threading", "_register_atexit", fn);
+}
+
+/* USER's begin marker, registered at PRE_SHUTDOWN's end (section 8). */
+static inline int pyfini__user_marker_register(pyfini__registry *reg);
+
+/* A marker callable (self: a PYFINI__MARKER_CAPSULE) was called: `phase`
+   has begun. Its registry, or NULL with an exception. */
+static inline pyfini__registry *pyfini__marker_hit(PyObject *self, int phase)
+{
+    pyfini__registry *reg = PYFINI_CAST(pyfini__registry *,
+                                        PyCapsule_GetPointer(self, PYFINI__MARKER_CAPSULE));
+    if (reg != NULL) {
+        pyfini__set_phase(reg, phase);
+    }
+    return reg;
+}
+
+/* The marker: threading._register_atexit() callback registered when the
+   registry is made; runs after every pyfini PRE_SHUTDOWN callback (it is
+   the oldest). */
+PYFINI__UNUSED static PyObject *pyfini__pre_end(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    pyfini__registry *reg = pyfini__marker_hit(self, PYFINI_PRE_SHUTDOWN);
+    if (reg == NULL) {
+        return NULL;
+    }
+    if (pyfini__user_marker_register(reg) < 0) {
+        PyErr_WriteUnraisable(NULL);
+    }
+    Py_RETURN_NONE;
+}
+PYFINI__UNUSED static PyMethodDef pyfini__pre_end_def = {
+    "pyfini_pre_shutdown_ends", pyfini__pre_end, METH_NOARGS,
+    "Marks the end of pyfini's PRE_SHUTDOWN phase."};
+
+/* A marker callable: def bound to the registry. New reference, or NULL
+   with an exception. */
+static inline PyObject *pyfini__marker_new(pyfini__registry *reg, PyMethodDef *def)
+{
+    PyObject *cap = PyCapsule_New(reg, PYFINI__MARKER_CAPSULE, NULL);
+    if (cap == NULL) {
+        return NULL;
+    }
+    PyObject *fn = PyCFunction_New(def, cap);
+    Py_DECREF(cap);
+    return fn;
+}
+
+/* Module `name` (new reference) if marker `bit` is not in yet and the module
+   has been imported (never imported just for a marker; see
+   pyfini__imported_module); the bit is then set. Else NULL. */
+static inline PyObject *pyfini__marker_due(pyfini__registry *reg, int bit, const char *name)
+{
+    if (reg->sentinel_installed & bit) {
+        return NULL;
+    }
+    PyObject *mod = pyfini__imported_module(name);
+    if (mod != NULL) {
+        reg->sentinel_installed |= bit;
+    }
+    return mod;
+}
+
+/* Install the PRE_SHUTDOWN marker once `threading` has been imported in the
+   interpreter (never imported just for this; see pyfini__imported_module).
+   If threading is already shutting down, PRE_SHUTDOWN has begun: the phase
+   is set and USER's marker registered at once. */
+static inline void pyfini__pre_marker_install(pyfini__registry *reg)
+{
+    PyObject *threading = pyfini__marker_due(reg, PYFINI__MARKER_PRE, "threading");
+    if (threading == NULL) {
+        return;
+    }
+    PyObject *fn = pyfini__marker_new(reg, &pyfini__pre_end_def);
+    int rc = fn ? pyfini__call_method(threading, "_register_atexit", fn) : -1;
+    Py_XDECREF(fn);
+    Py_DECREF(threading);
+    if (rc == 0) {
+        return;
+    }
+    if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+        /* threading is already shutting down: PRE_SHUTDOWN has begun */
+        PyErr_Clear();
+        reg->phase = PYFINI_PRE_SHUTDOWN;
+        if (pyfini__user_marker_register(reg) < 0) {
+            PyErr_Clear();
+        }
+        return;
+    }
+    PyErr_Clear();
+}
+
+/* ======================================================================== */
+/* 8. USER                                                                  */
+/* ======================================================================== */
+/* Trigger: atexit.register(); _PyAtExit_Call() runs the list newest first,
+   with the Python-level callbacks in one LIFO order.
+   Marker: "USER begins" (pyfini__user_begin) - registered with atexit at
+   PRE_SHUTDOWN's end, so it is the newest atexit callback and runs first;
+   registered early too (the "tail" marker, once atexit is imported) so it
+   runs after every atexit callback registered later.
+   Runner: the entry callables of section 9, which also run a USER
+   registration that CPython 3.11-3.13 drop (made while atexit runs). */
+
+/* Register fn with atexit; 0, or -1 with an exception. */
+static inline int pyfini__user_register(PyObject *fn)
+{
+    return pyfini__call_module("atexit", "register", fn);
+}
+
+/* The marker. */
+PYFINI__UNUSED static PyObject *pyfini__user_begin(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return pyfini__marker_hit(self, PYFINI_USER) != NULL ? Py_NewRef(Py_None) : NULL;
+}
+PYFINI__UNUSED static PyMethodDef pyfini__user_begin_def = {
+    "pyfini_user_phase_begins", pyfini__user_begin, METH_NOARGS,
+    "Marks the start of pyfini's USER phase."};
+
+static inline int pyfini__user_marker_register(pyfini__registry *reg)
+{
+    PyObject *fn = pyfini__marker_new(reg, &pyfini__user_begin_def);
+    if (fn == NULL) {
+        return -1;
+    }
+    int rc = pyfini__user_register(fn);
+    Py_DECREF(fn);
+    return rc;
+}
+
+/* Install USER's tail marker once `atexit` has been imported (not imported
+   just for this). */
+static inline void pyfini__user_marker_install(pyfini__registry *reg)
+{
+    PyObject *atexit = pyfini__marker_due(reg, PYFINI__MARKER_USER, "atexit");
+    if (atexit == NULL) {
+        return;
+    }
+    Py_DECREF(atexit);
+    if (pyfini__user_marker_register(reg) < 0) {
+        PyErr_Clear();
+    }
+}
+
+/* Both phase markers, installed when the registry is made and retried on
+   later lookups (and registrations) until they are in; only while no phase
+   has begun. Never under pyfini's temporary thread state of the main
+   interpreter (callers check): threading._main_thread must not be bound to
+   a thread state deleted at once (its _shutdown() would fail
+   "assert tlock.locked()", seen on 3.12.1). */
+static inline void pyfini__install_markers(pyfini__registry *reg)
+{
+    if (reg->phase != PYFINI_RUNNING) {
+        return;
+    }
+    pyfini__user_marker_install(reg);
+    pyfini__pre_marker_install(reg);
+}
+
+/* ======================================================================== */
+/* 9. PRE_SHUTDOWN and USER callbacks: one Python callable per entry        */
+/* ======================================================================== */
+/* The runner of both phases: each registration is a PyCFunction whose self
+   is a capsule owning the entry, registered with the phase's trigger
+   (sections 7, 8). threading/atexit own the callable. */
+
+/* threading or atexit released a callable. */
+static inline void pyfini__entry_released(PyObject *capsule)
+{
+    pyfini__entry *e = PYFINI_CAST(pyfini__entry *,
+                                   pyfini__released_pointer(capsule, PYFINI__ENTRY_CAPSULE));
+    if (e == NULL) {
+        return;
+    }
+    pyfini__registry *reg = e->registry;
+    if (reg != NULL) {
+        if (e->state == PYFINI__PENDING) {
+            /* threading or atexit dropped a callback without calling it */
+            if (e->phase == PYFINI_USER && reg->phase >= PYFINI_PRE_SHUTDOWN &&
+                pyfini__state_dict_usable()) {
+                /* a USER registration made while atexit was running, which
+                   CPython 3.11-3.13 drop in atexit_cleanup(): run it now,
+                   still inside the atexit step */
+                e->state = PYFINI__RAN;
+                pyfini__set_phase(reg, PYFINI_USER);
+                pyfini__call_with_gil(e, reg->interp_id);
+            } else {
+                void *addr;
+                memcpy(&addr, &e->func, sizeof addr);
+                fprintf(stderr, "pyfini: a %s callback %p of interpreter %lld did not run: %s "
+                                "dropped it (registered after its step had run?)\n",
+                        pyfini_phase_name(e->phase), addr, (long long)reg->interp_id,
+                        e->phase == PYFINI_USER ? "atexit" : "threading");
+                fflush(stderr);
+            }
+        }
+        pyfini__unlink(&reg->heads[e->phase], &reg->counts[e->phase], e);
+    }
+    PYFINI_FREE(e);
+}
+
+PYFINI__UNUSED static void pyfini__entry_capsule_destructor(PyObject *capsule)
+{
+    PYFINI__KEEPING_EXCEPTION(pyfini__entry_released(capsule));
+}
+
+/* The callable's body: marks the phase, runs the entry once. */
+static PyObject *pyfini__hook_call(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    pyfini__entry *e = PYFINI_CAST(pyfini__entry *,
+                                   PyCapsule_GetPointer(self, PYFINI__ENTRY_CAPSULE));
+    if (e == NULL) {
+        return NULL;
+    }
+    pyfini__registry *reg = e->registry;
+    if (reg != NULL) {
+        pyfini__set_phase(reg, e->phase);
+    }
+    if (e->state == PYFINI__PENDING) {
+        e->state = PYFINI__RAN;
+        if (reg != NULL) {
+            pyfini__unlink(&reg->heads[e->phase], &reg->counts[e->phase], e);
+        }
+        pyfini__call_with_gil(e, reg ? reg->interp_id : -1);
+    }
+    Py_RETURN_NONE;
+}
+
+PYFINI__UNUSED static PyMethodDef pyfini__hook_def = {
+    "pyfini_callback", pyfini__hook_call, METH_NOARGS,
+    "A pyfini exit callback (PRE_SHUTDOWN or USER phase)."};
+
+/* Link entry e (PRE_SHUTDOWN or USER) and register its callable with the
+   phase's trigger. 0, or -1 with the last error set; on failure e is freed
+   (or left cancelled to its callable) and nothing stays registered. */
+static inline int pyfini__entry_add_python(pyfini__registry *reg, pyfini__entry *e)
+{
+    int phase = e->phase;
+    PyObject *cap = PyCapsule_New(e, PYFINI__ENTRY_CAPSULE, pyfini__entry_capsule_destructor);
+    if (cap == NULL) {
+        PYFINI_FREE(e);
+        return pyfini__fail_from_exception("cannot register");
+    }
+    pyfini__push(&reg->heads[phase], &reg->counts[phase], e);
+    PyObject *fn = PyCFunction_New(&pyfini__hook_def, cap);
+    Py_DECREF(cap);        /* on failure this frees e (state pending, phase not begun) */
+    if (fn == NULL) {
+        return pyfini__fail_from_exception("cannot register");
+    }
+    e->hook = fn;
+    int rc = phase == PYFINI_PRE_SHUTDOWN ? pyfini__pre_register(fn) : pyfini__user_register(fn);
+    if (rc < 0) {
+        e->state = PYFINI__CANCELLED;   /* never ran; must not run from the destructor */
+        Py_DECREF(fn);
+        return pyfini__fail_from_exception("cannot register");
+    }
+    Py_DECREF(fn);         /* threading/atexit keeps it */
+    pyfini__install_markers(reg);   /* threading or atexit is imported now */
+    return 0;
+}
+
+/* Cancel entry e (already unlinked and marked cancelled): before
+   finalization a USER callable is also dropped from atexit (which frees the
+   entry); otherwise it stays registered as a no-op. */
+static inline void pyfini__entry_cancel_python(pyfini__registry *reg, pyfini__entry *e)
+{
+    if (e->phase == PYFINI_USER && reg->phase < PYFINI_PRE_SHUTDOWN &&
+        pyfini__call_module("atexit", "unregister", e->hook) < 0) {
+        PyErr_Clear();   /* it stays registered as a no-op */
+    }
+}
+
+/* ======================================================================== */
+/* 10. POST_SHUTDOWN                                                        */
+/* ======================================================================== */
+/* Trigger, in two steps, both in interpreter_clear() (Python/pystate.c):
+   1. Py_CLEAR(interp->dict) releases the registry's state-dict capsule:
+      pyfini__registry_capsule_destructor plants the finder and the
+      POST_SHUTDOWN capsule as the last entries of the builtins dict;
+   2. PyDict_Clear(interp->builtins), after the last GC, releases that
+      capsule: pyfini__post_capsule_destructor runs the phase.
+   Marker: registry->phase, set by the runner (the state-dict clear also
+   sets USER and dict_cleared).
+   Runner: pyfini__run_post - the callbacks newest first, then the states
+   (clear, cycle breaking of tracked types, leak report, free), then the
+   registry is freed. */
+
+/* Is heap type `type` held only by its own reference cycles (tp_mro, the
+   descriptors in its dict, ...)? A small version of the GC's test, on the
+   objects reachable from the type without entering other types or modules:
+   every one of them must be referenced only from inside that set (plus the
+   caller's one reference to the type). Conservative: 0 when unsure (more
+   than PYFINI__ISLAND_MAX objects). */
+#define PYFINI__ISLAND_MAX 512
+typedef struct pyfini__island {
+    PyObject **objs;
+    Py_ssize_t *internal;
+    size_t n, cap;
+    PyObject *type;
+    int overflow;
+    int counting;
+} pyfini__island;
+
+static inline long pyfini__island_find(pyfini__island *is, PyObject *o)
+{
+    for (size_t i = 0; i < is->n; i++) {
+        if (is->objs[i] == o) {
+            return (long)i;
+        }
+    }
+    return -1;
+}
+
+/* tp_traverse visitor: first collects the island, then (counting) counts
+   the references from inside it. */
+static int pyfini__island_visit(PyObject *o, void *arg)
+{
+    pyfini__island *is = PYFINI_CAST(pyfini__island *, arg);
+    if (o == NULL) {
+        return 0;
+    }
+    long at = pyfini__island_find(is, o);
+    if (is->counting) {
+        if (at >= 0) {
+            is->internal[at]++;
+        }
+        return 0;
+    }
+    if (at >= 0 || !PyObject_IS_GC(o) || PyModule_Check(o) || (PyType_Check(o) && o != is->type)) {
+        return 0;   /* not a container of the type's own, or already in */
+    }
+    if (is->n == is->cap) {
+        is->overflow = 1;
+        return 0;
+    }
+    is->objs[is->n++] = o;
+    return 0;
+}
+
+/* Visit every object of the island (collecting: while it grows). */
+static inline void pyfini__island_traverse(pyfini__island *is)
+{
+    for (size_t i = 0; i < is->n && !is->overflow; i++) {
+        traverseproc tr = Py_TYPE(is->objs[i])->tp_traverse;
+        if (tr != NULL) {
+            tr(is->objs[i], pyfini__island_visit, is);
+        }
+    }
+}
+
+static inline int pyfini__type_only_self_held(PyObject *type)
+{
+    pyfini__island is;
+    memset(&is, 0, sizeof is);
+    is.cap = PYFINI__ISLAND_MAX;
+    is.type = type;
+    is.objs = PYFINI_CAST(PyObject **, PYFINI_CALLOC(is.cap, sizeof(PyObject *)));
+    is.internal = PYFINI_CAST(Py_ssize_t *, PYFINI_CALLOC(is.cap, sizeof(Py_ssize_t)));
+    int only = 0;
+    if (is.objs != NULL && is.internal != NULL) {
+        is.objs[is.n++] = type;
+        pyfini__island_traverse(&is);   /* collect */
+        if (!is.overflow) {
+            is.counting = 1;
+            pyfini__island_traverse(&is);   /* count references from inside */
+            only = 1;
+            for (size_t i = 0; i < is.n && only; i++) {
+                Py_ssize_t outside = Py_REFCNT(is.objs[i]) - is.internal[i] - (i == 0 ? 1 : 0);
+                only = outside == 0;
+            }
+        }
+    }
+    PYFINI_FREE(is.objs);
+    PYFINI_FREE(is.internal);
+    return only;
+}
+
+#define PYFINI__REPORT_MAX_OBJECTS 20
+/* Count the distinct live tracked objects of a state (dropping dead and
+   repeated references) and, unless reports are off, report them. */
 static inline size_t pyfini__state_report(pyfini__registry *reg, pyfini__state_rec *rec)
 {
     /* drop dead and repeated references first: count distinct live objects */
@@ -1718,7 +1687,7 @@ static inline size_t pyfini__state_report(pyfini__registry *reg, pyfini__state_r
     fprintf(stderr, "pyfini: leak in interpreter %lld, state \"%s\": %zu tracked object%s "
                     "still alive at POST_SHUTDOWN\n",
             (long long)reg->interp_id, rec->name, alive, alive == 1 ? "" : "s");
-    for (size_t i = 0; i < alive && i < 20; i++) {
+    for (size_t i = 0; i < alive && i < PYFINI__REPORT_MAX_OBJECTS; i++) {
         PyObject *o = pyfini__weakref_get(rec->tracked[i]);
         if (o == NULL) {
             continue;
@@ -1730,8 +1699,8 @@ static inline size_t pyfini__state_report(pyfini__registry *reg, pyfini__state_r
                 PYFINI_CAST(void *, o), (Py_ssize_t)(Py_REFCNT(o) - 1));
         Py_DECREF(o);
     }
-    if (alive > 20) {
-        fprintf(stderr, "pyfini:  - ... and %zu more\n", alive - 20);
+    if (alive > PYFINI__REPORT_MAX_OBJECTS) {
+        fprintf(stderr, "pyfini:  - ... and %zu more\n", alive - PYFINI__REPORT_MAX_OBJECTS);
     }
     fprintf(stderr, "pyfini: state \"%s\" is not freed: leaked objects may still use it "
                     "(likely cause: a missing Py_DECREF, or a reference cycle through a C "
@@ -1740,100 +1709,10 @@ static inline size_t pyfini__state_report(pyfini__registry *reg, pyfini__state_r
     return alive;
 }
 
-/* Is heap type `type` held only by its own reference cycles (tp_mro, the
-   descriptors in its dict, ...)? A small version of the GC's test, on the
-   objects reachable from the type without entering other types or modules:
-   every one of them must be referenced only from inside that set (plus the
-   caller's one reference to the type). Conservative: 0 when unsure. */
-typedef struct pyfini__island {
-    PyObject **objs;
-    Py_ssize_t *internal;
-    size_t n, cap;
-    PyObject *type;
-    int overflow;
-    int counting;
-} pyfini__island;
-
-static inline long pyfini__island_find(pyfini__island *is, PyObject *o)
+/* Run every live state's clear, newest first, with the error indicator set
+   aside. */
+static inline void pyfini__states_clear(pyfini__registry *reg)
 {
-    for (size_t i = 0; i < is->n; i++) {
-        if (is->objs[i] == o) {
-            return (long)i;
-        }
-    }
-    return -1;
-}
-
-static int pyfini__island_visit(PyObject *o, void *arg)
-{
-    pyfini__island *is = PYFINI_CAST(pyfini__island *, arg);
-    if (o == NULL) {
-        return 0;
-    }
-    long at = pyfini__island_find(is, o);
-    if (is->counting) {
-        if (at >= 0) {
-            is->internal[at]++;
-        }
-        return 0;
-    }
-    if (at >= 0 || !PyObject_IS_GC(o) || PyModule_Check(o) || (PyType_Check(o) && o != is->type)) {
-        return 0;   /* not a container of the type's own, or already in */
-    }
-    if (is->n == is->cap) {
-        is->overflow = 1;
-        return 0;
-    }
-    is->objs[is->n++] = o;
-    return 0;
-}
-
-static inline int pyfini__type_only_self_held(PyObject *type)
-{
-    pyfini__island is;
-    memset(&is, 0, sizeof is);
-    is.cap = 512;
-    is.type = type;
-    is.objs = PYFINI_CAST(PyObject **, PYFINI_CALLOC(is.cap, sizeof(PyObject *)));
-    is.internal = PYFINI_CAST(Py_ssize_t *, PYFINI_CALLOC(is.cap, sizeof(Py_ssize_t)));
-    int only = 0;
-    if (is.objs != NULL && is.internal != NULL) {
-        is.objs[is.n++] = type;
-        for (size_t i = 0; i < is.n && !is.overflow; i++) {   /* collect */
-            traverseproc tr = Py_TYPE(is.objs[i])->tp_traverse;
-            if (tr != NULL) {
-                tr(is.objs[i], pyfini__island_visit, &is);
-            }
-        }
-        if (!is.overflow) {
-            is.counting = 1;
-            for (size_t i = 0; i < is.n; i++) {   /* count references from inside */
-                traverseproc tr = Py_TYPE(is.objs[i])->tp_traverse;
-                if (tr != NULL) {
-                    tr(is.objs[i], pyfini__island_visit, &is);
-                }
-            }
-            only = 1;
-            for (size_t i = 0; i < is.n && only; i++) {
-                Py_ssize_t outside = Py_REFCNT(is.objs[i]) - is.internal[i] - (i == 0 ? 1 : 0);
-                only = outside == 0;
-            }
-        }
-    }
-    PYFINI_FREE(is.objs);
-    PYFINI_FREE(is.internal);
-    return only;
-}
-
-/* POST_SHUTDOWN, after the callbacks: clear every state (newest first),
-   break the cycles of tracked heap types, report leaks, free. Returns the
-   number of states kept because of leaks. */
-static inline int pyfini__states_finalize(pyfini__registry *reg)
-{
-    if (reg->state_newest == NULL) {
-        pyfini__epochs_bump(reg);
-        return 0;
-    }
     for (pyfini__state_rec *r = reg->state_newest; r != NULL; r = r->older) {
         if (r->status != PYFINI__STATE_ALIVE) {
             continue;
@@ -1851,9 +1730,13 @@ static inline int pyfini__states_finalize(pyfini__registry *reg)
             PyErr_Restore(type, value, tb);
         }
     }
-    /* Heap types cannot die after the last GC (tp_mro holds the type): break
-       the cycles of a tracked type that nothing else holds any more - not an
-       instance, not another interpreter, not another state. */
+}
+
+/* Heap types cannot die after the last GC (tp_mro holds the type): break
+   the cycles of a tracked type that nothing else holds any more - not an
+   instance, not another interpreter, not another state. */
+static inline void pyfini__states_break_type_cycles(pyfini__registry *reg)
+{
     for (pyfini__state_rec *r = reg->state_newest; r != NULL; r = r->older) {
         for (size_t i = 0; i < r->ntracked; i++) {
             PyObject *o = pyfini__weakref_get(r->tracked[i]);
@@ -1865,6 +1748,19 @@ static inline int pyfini__states_finalize(pyfini__registry *reg)
             Py_XDECREF(o);
         }
     }
+}
+
+/* After the callbacks: clear every state (newest first), break the cycles
+   of tracked heap types, report leaks, free. Returns the number of states
+   kept because of leaks. */
+static inline int pyfini__states_finalize(pyfini__registry *reg)
+{
+    if (reg->state_newest == NULL) {
+        pyfini__epochs_bump(reg);
+        return 0;
+    }
+    pyfini__states_clear(reg);
+    pyfini__states_break_type_cycles(reg);
     int kept = 0;
     int abort_on_leak = pyfini__env_is("PYFINI_ABORT_ON_LEAK", "1");
     /* every copy's cached pointers become invalid before anything is freed */
@@ -1885,6 +1781,559 @@ static inline int pyfini__states_finalize(pyfini__registry *reg)
     return kept;
 }
 
+/* The runner. */
+static inline void pyfini__run_post(pyfini__registry *reg)
+{
+    pyfini__set_phase(reg, PYFINI_POST_SHUTDOWN);
+    /* the builtins dict is being emptied: make sure the finder is in it */
+    if (reg->finder_armed) {
+        pyfini__finder_set(reg, reg->builtins);
+    }
+    pyfini__entry **head = &reg->heads[PYFINI_POST_SHUTDOWN];
+    while (*head != NULL) {
+        pyfini__entry *e = *head;
+        pyfini__unlink(head, &reg->counts[PYFINI_POST_SHUTDOWN], e);
+        e->state = PYFINI__RAN;
+        pyfini__call_with_gil(e, reg->interp_id);
+        PYFINI_FREE(e);
+    }
+    pyfini__states_finalize(reg);
+    if (reg->finder_armed) {
+        reg->finder_armed = 0;
+        if (PyDict_DelItemString(reg->builtins, PYFINI_REGISTRY_KEY) < 0) {
+            PyErr_Clear();
+        }
+    }
+    pyfini__free_registry(reg);
+}
+
+/* Trigger step 2: the builtins dict releases the POST_SHUTDOWN capsule. */
+static inline void pyfini__post_released(PyObject *capsule)
+{
+    pyfini__registry *reg = PYFINI_CAST(
+        pyfini__registry *, pyfini__released_pointer(capsule, PYFINI__POST_CAPSULE));
+    if (reg != NULL) {
+        pyfini__run_post(reg);
+    }
+}
+
+PYFINI__UNUSED static void pyfini__post_capsule_destructor(PyObject *capsule)
+{
+    PYFINI__KEEPING_EXCEPTION(pyfini__post_released(capsule));
+}
+
+/* Put the POST_SHUTDOWN capsule (new reference `post`, consumed) as the
+   last entry of the builtins dict; if that fails its release runs
+   POST_SHUTDOWN now. */
+static inline void pyfini__post_plant(pyfini__registry *reg, PyObject *builtins, PyObject *post)
+{
+    if (reg->finder_armed) {
+        pyfini__finder_set(reg, builtins);
+    }
+    /* delete first so that the key is appended: last to be released */
+    if (PyDict_DelItemString(builtins, PYFINI__POST_KEY) < 0) {
+        PyErr_Clear();
+    }
+    if (pyfini__dict_set(builtins, PYFINI__POST_KEY, post) == 0) {
+        Py_DECREF(post);
+        return;
+    }
+    /* the capsule's destructor runs POST_SHUTDOWN now */
+    PyErr_Clear();
+    fprintf(stderr, "pyfini: interpreter %lld: cannot defer POST_SHUTDOWN past the last "
+                    "garbage collection; running it at the state-dict clear\n",
+            (long long)reg->interp_id);
+    Py_DECREF(post);
+}
+
+/* Trigger step 1: the state dict releases the registry's capsule. */
+static inline void pyfini__registry_released(PyObject *capsule)
+{
+    pyfini__registry *reg = PYFINI_CAST(
+        pyfini__registry *, pyfini__released_pointer(capsule, PYFINI_REGISTRY_KEY));
+    if (reg == NULL) {
+        return;
+    }
+    if (!reg->published) {
+        /* lost the race to PyDict_SetDefault(): never used, free at once */
+        pyfini__free_registry(reg);
+        return;
+    }
+    reg->dict_cleared = 1;
+    pyfini__set_phase(reg, PYFINI_USER);
+    /* drop now the weak references of tracked objects that already died:
+       CPython 3.11 loses a weak reference object freed after a
+       sub-interpreter's last GC (80 bytes each; pinned by tests) */
+    for (pyfini__state_rec *r = reg->state_newest; r != NULL; r = r->older) {
+        pyfini__track_prune(r);
+    }
+    PyObject *builtins = reg->builtins;
+    PyObject *post = builtins ? PyCapsule_New(reg, PYFINI__POST_CAPSULE,
+                                              pyfini__post_capsule_destructor)
+                              : NULL;
+    if (post != NULL) {
+        pyfini__post_plant(reg, builtins, post);
+        return;
+    }
+    PyErr_Clear();
+    fprintf(stderr, "pyfini: interpreter %lld: no builtins dict at the state-dict clear; "
+                    "running POST_SHUTDOWN early\n", (long long)reg->interp_id);
+    pyfini__run_post(reg);
+}
+
+static void pyfini__registry_capsule_destructor(PyObject *capsule)
+{
+    PYFINI__KEEPING_EXCEPTION(pyfini__registry_released(capsule));
+}
+
+/* ======================================================================== */
+/* 11. RUNTIME_SHUTDOWN                                                     */
+/* ======================================================================== */
+/* Trigger: ONE Py_AtExit() slot for the process, shared by all copies
+   (call_ll_exitfuncs() in Python/pylifecycle.c runs it at the end of
+   Py_FinalizeEx, after every interpreter is gone; no C API, no thread
+   state). Marker: root->phase. Runner: pyfini__runtime_run. The list (the
+   root) lives in the main interpreter's registry; registrations from a
+   sub-interpreter go there under a temporary thread state of the main
+   interpreter (pyfini__in_main). */
+
+/* The runner (the Py_AtExit callback). */
+PYFINI__UNUSED static void pyfini__runtime_run(void)
+{
+    pyfini__root *root = pyfini__atexit_root;
+    pyfini__atexit_root = NULL;
+    if (root == NULL) {
+        return;
+    }
+    root->phase = PYFINI_RUNTIME_SHUTDOWN;
+    pyfini__running_root = root;
+    /* newest first; a callback may cancel others (they are unlinked and freed) */
+    while (root->head != NULL) {
+        pyfini__entry *e = root->head;
+        pyfini__unlink(&root->head, &root->count, e);
+        int rc = e->func(e->arg);
+        if (rc != 0) {
+            pyfini__report(PYFINI_RUNTIME_SHUTDOWN, -1, e->func, rc, NULL);
+        }
+        PYFINI_FREE(e);
+    }
+    pyfini__running_root = NULL;
+    PYFINI_FREE(root);
+}
+
+/* Cancel from inside a RUNTIME_SHUTDOWN callback run by this copy (no
+   thread state, no C API): 1 removed, 0 none matched, -1 not possible here
+   (not inside this copy's runner). */
+static inline int pyfini__runtime_cancel_running(pyfini_callback func, void *arg)
+{
+    if (pyfini__running_root == NULL) {
+        return -1;
+    }
+    return pyfini__remove(&pyfini__running_root->head, &pyfini__running_root->count, func, arg);
+}
+
+/* The process-wide list, with the main interpreter's GIL held; NULL with an
+   exception if the main registry has none (or one this copy cannot read). */
+static inline pyfini__root *pyfini__main_root(void)
+{
+    pyfini__registry *reg = pyfini__registry_get(1);
+    if (reg == NULL) {
+        return NULL;
+    }
+    if (reg->root == NULL) {
+        pyfini__fail(PyExc_RuntimeError, "RUNTIME_SHUTDOWN: the main interpreter's registry "
+                                         "has no process-wide list (made by an older copy?)");
+        return NULL;
+    }
+    if (reg->root->abi_version != PYFINI_ABI_VERSION ||
+        !PYFINI__HAS_FIELD(pyfini__root, reg->root, reserved)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "RUNTIME_SHUTDOWN: the process-wide list (made by pyfini "
+                 "0x%06x) has a layout this copy cannot read",
+                 (unsigned)reg->root->creator_version);
+        pyfini__fail(PyExc_RuntimeError, msg);
+        return NULL;
+    }
+    return reg->root;
+}
+
+/* With the main interpreter's GIL held. */
+static inline int pyfini__root_add_locked(pyfini_callback func, void *arg)
+{
+    pyfini__root *root = pyfini__main_root();
+    if (root == NULL) {
+        return -1;
+    }
+    if (root->phase >= PYFINI_RUNTIME_SHUTDOWN) {
+        return pyfini__fail(PyExc_RuntimeError, "phase PYFINI_RUNTIME_SHUTDOWN has already begun");
+    }
+    pyfini__entry *e = pyfini__entry_new(func, arg, PYFINI_RUNTIME_SHUTDOWN);
+    if (e == NULL) {
+        return -1;
+    }
+    if (!root->atexit_registered) {
+        if (Py_AtExit(pyfini__runtime_run) < 0) {
+            PYFINI_FREE(e);
+            return pyfini__fail(PyExc_RuntimeError, "RUNTIME_SHUTDOWN: all 32 Py_AtExit slots "
+                                                    "of the process are taken");
+        }
+        root->atexit_registered = 1;
+        pyfini__atexit_root = root;
+    }
+    pyfini__push(&root->head, &root->count, e);
+    return 0;
+}
+
+/* With the main interpreter's GIL held. */
+static inline int pyfini__root_cancel_locked(pyfini_callback func, void *arg)
+{
+    pyfini__root *root = pyfini__main_root();
+    if (root == NULL) {
+        return -1;
+    }
+    return pyfini__remove(&root->head, &root->count, func, arg);
+}
+
+/* Run fn with the MAIN interpreter's GIL held, from a sub-interpreter: a
+   temporary thread state of the main interpreter is attached
+   (PyThreadState_New + PyEval_RestoreThread), then the caller's thread state
+   is restored. Exceptions raised under the main interpreter are turned into
+   RuntimeError in the caller's. */
+typedef int (*pyfini__main_fn)(pyfini_callback func, void *arg);
+
+static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void *arg)
+{
+    PyInterpreterState *main_interp = PyInterpreterState_Main();
+    if (PyInterpreterState_Get() == main_interp) {
+        return fn(func, arg);
+    }
+    if (pyfini__runtime_finalizing()) {
+        return pyfini__fail(PyExc_RuntimeError,
+                            "RUNTIME_SHUTDOWN: the runtime is finalizing; the main interpreter "
+                            "can no longer be attached from a sub-interpreter");
+    }
+    PyThreadState *mine = PyEval_SaveThread();
+    PyThreadState *ts = PyThreadState_New(main_interp);
+    if (ts == NULL) {
+        PyEval_RestoreThread(mine);
+        return pyfini__fail(PyExc_MemoryError, "RUNTIME_SHUTDOWN: cannot create a thread state "
+                                               "of the main interpreter");
+    }
+    PyEval_RestoreThread(ts);
+    pyfini__in_temporary_tstate = 1;
+    int rc = fn(func, arg);
+    pyfini__in_temporary_tstate = 0;
+    char msg[PYFINI__ERROR_MAX] = "";
+    if (rc < 0 && PyErr_Occurred()) {
+        pyfini__fail_from_exception("in the main interpreter");
+        snprintf(msg, sizeof msg, "%s", pyfini__error_buf + strlen(PYFINI__ERROR_PREFIX));
+        PyErr_Clear();
+    }
+    PyThreadState_Clear(ts);
+    PyThreadState_DeleteCurrent();
+    PyEval_RestoreThread(mine);
+    if (rc < 0) {
+        return pyfini__fail(PyExc_RuntimeError, msg[0] ? msg : "RUNTIME_SHUTDOWN: failed in the "
+                                                               "main interpreter");
+    }
+    return rc;
+}
+
+/* Add or cancel (func, arg) in the process-wide list from any interpreter. */
+static inline int pyfini__runtime_add(pyfini__registry *reg, pyfini_callback func, void *arg)
+{
+    if (reg->root != NULL) {   /* main interpreter: also during its teardown */
+        return pyfini__root_add_locked(func, arg);
+    }
+    return pyfini__in_main(pyfini__root_add_locked, func, arg);
+}
+
+static inline int pyfini__runtime_cancel(pyfini__registry *reg, pyfini_callback func, void *arg)
+{
+    if (reg->root != NULL) {
+        return pyfini__root_cancel_locked(func, arg);
+    }
+    return pyfini__in_main(pyfini__root_cancel_locked, func, arg);
+}
+
+/* ======================================================================== */
+/* 12. Registration: the registry's add and cancel operations               */
+/* ======================================================================== */
+/* Stored in the registry by its creator (reg->add, reg->cancel); every copy
+   calls the creator's. GIL held; phase is 1..4 (checked by the caller). */
+
+PYFINI__UNUSED static int pyfini__registry_add(pyfini__registry *reg, pyfini_callback func,
+                                               void *arg, int phase)
+{
+    if (phase == PYFINI_RUNTIME_SHUTDOWN) {
+        return pyfini__runtime_add(reg, func, arg);
+    }
+    if (reg->phase >= phase) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "cannot register for %s in interpreter %lld: phase %s has already begun",
+                 pyfini_phase_name(phase), (long long)reg->interp_id,
+                 pyfini_phase_name(reg->phase > phase ? reg->phase : phase));
+        return pyfini__fail(PyExc_RuntimeError, msg);
+    }
+    pyfini__entry *e = pyfini__entry_new(func, arg, phase);
+    if (e == NULL) {
+        return -1;
+    }
+    e->registry = reg;
+    if (phase == PYFINI_POST_SHUTDOWN) {
+        pyfini__push(&reg->heads[phase], &reg->counts[phase], e);
+        return 0;
+    }
+    return pyfini__entry_add_python(reg, e);
+}
+
+PYFINI__UNUSED static int pyfini__registry_cancel(pyfini__registry *reg, pyfini_callback func,
+                                                  void *arg, int phase)
+{
+    if (phase == PYFINI_RUNTIME_SHUTDOWN) {
+        return pyfini__runtime_cancel(reg, func, arg);
+    }
+    if (phase == PYFINI_POST_SHUTDOWN) {
+        return pyfini__remove(&reg->heads[phase], &reg->counts[phase], func, arg);
+    }
+    pyfini__entry *e = pyfini__find(reg->heads[phase], func, arg);
+    if (e == NULL) {
+        return 0;
+    }
+    pyfini__unlink(&reg->heads[phase], &reg->counts[phase], e);
+    e->state = PYFINI__CANCELLED;   /* its callable stays with threading/atexit as a no-op */
+    pyfini__entry_cancel_python(reg, e);
+    return 1;
+}
+
+/* ======================================================================== */
+/* 13. Per-interpreter state (pyfini_state)                                 */
+/* ======================================================================== */
+/* Records live in the registry's state table (section 6) and end at
+   POST_SHUTDOWN (section 10). Here: the creator's operations stored in the
+   registry (state_get, state_track, state_warnings), then the per-thread
+   cache of each copy, whose hit path is pyfini__state_access. */
+
+#define PYFINI__INIT_WAIT_NS 100000      /* poll interval while another thread runs an init */
+#define PYFINI__TRACKED_FIRST_CAP 16
+
+/* May the caller (one copy) cache a pointer to this interpreter's state?
+   Only once its epoch is remembered, so that POST_SHUTDOWN bumps it. */
+static inline int pyfini__state_cacheable(pyfini__registry *reg, uint64_t *caller_epoch)
+{
+    return caller_epoch != NULL && pyfini__epochs_add(reg, caller_epoch) == 0;
+}
+
+/* A record in INIT: from its own init, find gets the partly made data and
+   get is an error; from another thread, find gets NULL (it never waits:
+   tp_traverse may call it) and get waits (*wait = 1). */
+static inline void *pyfini__state_initializing(pyfini__state_rec *rec,
+                                               const pyfini_state_def *def, int mode, int *wait)
+{
+    if (rec->init_thread == PyThread_get_thread_ident()) {
+        if (mode == PYFINI__FIND) {
+            return rec->data;   /* from its own init: partly made */
+        }
+        char msg[200];
+        snprintf(msg, sizeof msg, "state \"%.80s\" asked for again from its own init", def->name);
+        pyfini__fail(PyExc_RuntimeError, msg);
+        return NULL;
+    }
+    *wait = mode != PYFINI__FIND;
+    return NULL;
+}
+
+/* Another thread runs an init with the GIL released: let it run. */
+static inline void pyfini__state_wait(void)
+{
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec ts = {0, PYFINI__INIT_WAIT_NS};
+    nanosleep(&ts, NULL);
+    Py_END_ALLOW_THREADS
+}
+
+/* The data of an existing record, by its status; NULL with an exception on
+   error, NULL without one where find finds nothing. *wait: see
+   pyfini__state_initializing. */
+static inline void *pyfini__state_existing(pyfini__registry *reg, pyfini__state_rec *rec,
+                                           const pyfini_state_def *def, int mode,
+                                           uint64_t *caller_epoch, int *cacheable, int *wait)
+{
+    char msg[200];
+    if (rec->size != def->size) {
+        snprintf(msg, sizeof msg, "state \"%.80s\" exists with size %zu, not %zu",
+                 def->name, rec->size, def->size);
+        pyfini__fail(PyExc_ValueError, msg);
+        return NULL;
+    }
+    switch (rec->status) {
+    case PYFINI__STATE_ALIVE:
+        *cacheable = pyfini__state_cacheable(reg, caller_epoch);
+        return rec->data;
+    case PYFINI__STATE_CLEARING:
+        return rec->data;
+    case PYFINI__STATE_INIT:
+        return pyfini__state_initializing(rec, def, mode, wait);
+    default:   /* DEAD */
+        if (mode == PYFINI__FIND) {
+            return NULL;
+        }
+        snprintf(msg, sizeof msg, "state \"%.80s\" of interpreter %lld was freed at "
+                 "POST_SHUTDOWN; it is never re-created", def->name,
+                 (long long)reg->interp_id);
+        pyfini__fail(PyExc_RuntimeError, msg);
+        return NULL;
+    }
+}
+
+/* A new record for def with zero-filled data, published at once (before
+   its init runs: other threads find it and wait); NULL with MemoryError. */
+static inline pyfini__state_rec *pyfini__state_new(pyfini__registry *reg,
+                                                   const pyfini_state_def *def)
+{
+    pyfini__state_rec *rec = PYFINI_CAST(pyfini__state_rec *,
+                                          PYFINI_CALLOC(1, sizeof(pyfini__state_rec)));
+    size_t nlen = strlen(def->name);
+    char *name = rec ? PYFINI_CAST(char *, PYFINI_CALLOC(1, nlen + 1)) : NULL;
+    void *data = name ? PYFINI_CALLOC(1, def->size ? def->size : 1) : NULL;
+    if (data == NULL) {
+        if (rec) {
+            PYFINI_FREE(name);
+            PYFINI_FREE(rec);
+        }
+        pyfini__fail_nomem();
+        return NULL;
+    }
+    memcpy(name, def->name, nlen);
+    rec->name = name;
+    rec->size = def->size;
+    rec->data = data;
+    rec->clear = def->clear;
+    rec->leak_warnings = 1;
+    rec->status = def->init ? PYFINI__STATE_INIT : PYFINI__STATE_ALIVE;
+    rec->init_thread = PyThread_get_thread_ident();
+    pyfini__state_link(reg, rec);
+    return rec;
+}
+
+/* Run def->init on a new record: 0, or -1 with the exception set and the
+   record gone. */
+static inline int pyfini__state_init(pyfini__registry *reg, pyfini__state_rec *rec,
+                                     const pyfini_state_def *def)
+{
+    int rc = def->init(rec->data);
+    if (rc != 0 || PyErr_Occurred()) {
+        if (!PyErr_Occurred()) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "init of state \"%.80s\" failed without an exception",
+                     def->name);
+            PyErr_SetString(PyExc_SystemError, msg);
+        }
+        pyfini__fail_from_exception("state init failed");
+        pyfini__state_unlink(reg, rec);
+        pyfini__state_free(rec, 0);
+        return -1;
+    }
+    rec->status = PYFINI__STATE_ALIVE;
+    /* cleared in the reverse order of COMPLETED inits: a state made inside
+       this init is cleared after this one */
+    pyfini__state_unlink(reg, rec);
+    pyfini__state_link(reg, rec);
+    return 0;
+}
+
+/* Create the state def (get, none exists); its data or NULL with an
+   exception. */
+static inline void *pyfini__state_create(pyfini__registry *reg, const pyfini_state_def *def,
+                                         uint64_t *caller_epoch, int *cacheable)
+{
+    if (reg->phase >= PYFINI_POST_SHUTDOWN) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "state \"%.80s\" cannot be created in interpreter %lld: "
+                 "POST_SHUTDOWN has begun", def->name, (long long)reg->interp_id);
+        pyfini__fail(PyExc_RuntimeError, msg);
+        return NULL;
+    }
+    pyfini__state_rec *rec = pyfini__state_new(reg, def);
+    if (rec == NULL) {
+        return NULL;
+    }
+    void *data = rec->data;
+    if (def->init != NULL && pyfini__state_init(reg, rec, def) < 0) {
+        return NULL;
+    }
+    *cacheable = pyfini__state_cacheable(reg, caller_epoch);
+    return data;
+}
+
+/* reg->state_get: the state def of this registry's interpreter (mode
+   PYFINI__FIND or PYFINI__GET); *cacheable: the caller may cache it. */
+static void *pyfini__state_get_impl(pyfini__registry *reg, const pyfini_state_def *def, int mode,
+                                    uint64_t *caller_epoch, int *cacheable)
+{
+    *cacheable = 0;
+    for (;;) {
+        pyfini__state_rec *rec = pyfini__state_lookup(reg, def->name);
+        if (rec == NULL) {
+            return mode == PYFINI__FIND ? NULL
+                                        : pyfini__state_create(reg, def, caller_epoch, cacheable);
+        }
+        int wait = 0;
+        void *data = pyfini__state_existing(reg, rec, def, mode, caller_epoch, cacheable, &wait);
+        if (!wait) {
+            return data;
+        }
+        pyfini__state_wait();
+    }
+}
+
+/* reg->state_track (pyfini_track). */
+static int pyfini__state_track_impl(pyfini__registry *reg, const pyfini_state_def *def,
+                                    PyObject *obj)
+{
+    pyfini__state_rec *rec = pyfini__state_lookup(reg, def->name);
+    if (rec == NULL || (rec->status != PYFINI__STATE_ALIVE && rec->status != PYFINI__STATE_INIT)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "pyfini_track: state \"%.80s\" %s", def->name,
+                 rec == NULL ? "does not exist in this interpreter" : "is being cleared or freed");
+        return pyfini__fail(PyExc_RuntimeError, msg);
+    }
+    if (PyType_Check(obj) && !PyType_HasFeature(PYFINI_CAST(PyTypeObject *, obj),
+                                                Py_TPFLAGS_HEAPTYPE)) {
+        return pyfini__fail(PyExc_ValueError, "pyfini_track: a static type never dies; "
+                                              "track heap types and instances");
+    }
+    PyObject *wr = PyWeakref_NewRef(obj, NULL);
+    if (wr == NULL) {
+        return pyfini__fail_from_exception("pyfini_track");
+    }
+    if (rec->ntracked == rec->cap_tracked) {
+        pyfini__track_prune(rec);   /* first drop the references whose objects died */
+    }
+    if (rec->ntracked == rec->cap_tracked &&
+        pyfini__grow(PYFINI_CAST(void **, &rec->tracked), &rec->cap_tracked, rec->ntracked,
+                     sizeof(PyObject *), PYFINI__TRACKED_FIRST_CAP) < 0) {
+        Py_DECREF(wr);
+        return pyfini__fail_nomem();
+    }
+    rec->tracked[rec->ntracked++] = wr;
+    return 0;
+}
+
+/* reg->state_warnings (pyfini_state_leak_warnings). */
+static int pyfini__state_warnings_impl(pyfini__registry *reg, const pyfini_state_def *def,
+                                       int enabled)
+{
+    pyfini__state_rec *rec = pyfini__state_lookup(reg, def->name);
+    if (rec == NULL) {
+        return pyfini__fail(PyExc_RuntimeError, "pyfini_state_leak_warnings: no such state in "
+                                                "this interpreter");
+    }
+    int prev = rec->leak_warnings;
+    rec->leak_warnings = enabled != 0;
+    return prev;
+}
+
 /* Validate a def; 0 or -1 with an exception. */
 static inline int pyfini__def_check(const pyfini_state_def *def)
 {
@@ -1898,8 +2347,46 @@ static inline int pyfini__def_check(const pyfini_state_def *def)
     return 0;
 }
 
+/* Look def up through the registry (creating it for mode PYFINI__GET) and
+   fill this thread's cache slot on success. */
 static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
-                                       PyInterpreterState *interp, uint64_t epoch);
+                                       PyInterpreterState *interp, uint64_t epoch)
+{
+    if (pyfini__def_check(def) < 0) {
+        return NULL;
+    }
+    pyfini__registry *reg = pyfini__registry_get(mode);
+    if (reg == NULL) {
+        return NULL;   /* find: no registry, no exception; get: exception set */
+    }
+    if (reg->state_get == NULL) {
+        pyfini__fail(PyExc_RuntimeError, "the interpreter's pyfini registry has no states");
+        return NULL;
+    }
+    int cacheable = 0;
+    void *data = reg->state_get(reg, def, mode, &pyfini__epoch, &cacheable);
+    if (data != NULL && cacheable) {
+        /* one slot per (def, interpreter): a stale one (another interpreter
+           ID) is replaced, else the oldest */
+        pyfini__cache_slot *c = NULL;
+        for (unsigned i = 0; i < PYFINI__CACHE_SLOTS && c == NULL; i++) {
+            if (pyfini__cache[i].def == def && pyfini__cache[i].interp == interp) {
+                c = &pyfini__cache[i];
+            }
+        }
+        if (c == NULL) {
+            c = &pyfini__cache[pyfini__cache_next++ % PYFINI__CACHE_SLOTS];
+        }
+        c->interp = interp;
+        c->interp_id = PyInterpreterState_GetID(interp);
+        c->epoch = epoch;
+        c->def = def;
+        c->name = def->name;
+        c->size = def->size;
+        c->data = data;
+    }
+    return data;
+}
 
 /* The miss path: no thread state, an empty or stale cache slot, or bad
    input. Kept out of line so that a hit is a few loads in the caller. A
@@ -1908,7 +2395,7 @@ static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, in
                                                  PyThreadState *ts, uint64_t epoch)
 {
     if (ts == NULL) {
-        pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first");
+        pyfini__fail(NULL, PYFINI__NO_TSTATE);
         return NULL;
     }
     PyObject *etype, *evalue, *etb;
@@ -1958,99 +2445,95 @@ static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
     return pyfini__state_miss(def, mode, ts, epoch);
 }
 
-static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
-                                       PyInterpreterState *interp, uint64_t epoch)
+
+/* The operations this copy stores in the registries it creates. */
+static inline void pyfini__registry_set_ops(pyfini__registry *reg)
 {
-    if (pyfini__def_check(def) < 0) {
-        return NULL;
-    }
-    pyfini__registry *reg = pyfini__registry_get(mode);
-    if (reg == NULL) {
-        return NULL;   /* find: no registry, no exception; get: exception set */
-    }
-    if (reg->state_get == NULL) {
-        pyfini__fail(PyExc_RuntimeError, "the interpreter's pyfini registry has no states");
-        return NULL;
-    }
-    int cacheable = 0;
-    void *data = reg->state_get(reg, def, mode, &pyfini__epoch, &cacheable);
-    if (data != NULL && cacheable) {
-        /* one slot per (def, interpreter): a stale one (another interpreter
-           ID) is replaced, else the oldest */
-        pyfini__cache_slot *c = NULL;
-        for (unsigned i = 0; i < PYFINI__CACHE_SLOTS && c == NULL; i++) {
-            if (pyfini__cache[i].def == def && pyfini__cache[i].interp == interp) {
-                c = &pyfini__cache[i];
-            }
-        }
-        if (c == NULL) {
-            c = &pyfini__cache[pyfini__cache_next++ % PYFINI__CACHE_SLOTS];
-        }
-        c->interp = interp;
-        c->interp_id = PyInterpreterState_GetID(interp);
-        c->epoch = epoch;
-        c->def = def;
-        c->name = def->name;
-        c->size = def->size;
-        c->data = data;
-    }
-    return data;
+    reg->add = pyfini__registry_add;
+    reg->cancel = pyfini__registry_cancel;
+    reg->state_get = pyfini__state_get_impl;
+    reg->state_track = pyfini__state_track_impl;
+    reg->state_warnings = pyfini__state_warnings_impl;
 }
 
-PYFINI_FUNC void *pyfini_state(const pyfini_state_def *def) { return pyfini__state_access(def, 1); }
+/* ======================================================================== */
+/* 14. Public definitions                                                   */
+/* ======================================================================== */
+
+PYFINI_FUNC const char *pyfini_last_error(void) { return pyfini__error_msg; }
+
+PYFINI_FUNC const char *pyfini_phase_name(int phase)
+{
+    switch (phase) {
+    case PYFINI_RUNNING: return "PYFINI_RUNNING";
+    case PYFINI_PRE_SHUTDOWN: return "PYFINI_PRE_SHUTDOWN";
+    case PYFINI_USER: return "PYFINI_USER";
+    case PYFINI_POST_SHUTDOWN: return "PYFINI_POST_SHUTDOWN";
+    case PYFINI_RUNTIME_SHUTDOWN: return "PYFINI_RUNTIME_SHUTDOWN";
+    default: return "PYFINI_UNKNOWN_PHASE";
+    }
+}
+
+PYFINI_FUNC void *pyfini_state(const pyfini_state_def *def)
+{
+    return pyfini__state_access(def, PYFINI__GET);
+}
 
 PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def)
 {
-    return pyfini__state_access(def, 0);
+    return pyfini__state_access(def, PYFINI__FIND);
+}
+
+/* The checks of a call about an existing state: a thread state, a valid
+   def. 0, or -1 (with an exception where one can be set). */
+static inline int pyfini__state_call_check(const pyfini_state_def *def)
+{
+    if (pyfini__tstate() == NULL) {
+        return pyfini__fail(NULL, PYFINI__NO_TSTATE);
+    }
+    return pyfini__def_check(def);
+}
+
+/* The registry of a call about an existing state (`who`: the public
+   function), or NULL with an exception: RuntimeError if none exists. */
+static inline pyfini__registry *pyfini__state_registry(const char *who)
+{
+    pyfini__registry *reg = pyfini__registry_get(0);
+    if (reg == NULL && !PyErr_Occurred()) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "%s: no pyfini state exists in this interpreter", who);
+        pyfini__fail(PyExc_RuntimeError, msg);
+    }
+    return reg;
 }
 
 PYFINI_FUNC int pyfini_track(const pyfini_state_def *def, PyObject *obj)
 {
-    if (pyfini__tstate() == NULL) {
-        return pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first");
-    }
-    if (pyfini__def_check(def) < 0) {
+    if (pyfini__state_call_check(def) < 0) {
         return -1;
     }
     if (obj == NULL) {
         return pyfini__fail(PyExc_TypeError, "pyfini_track: obj is NULL");
     }
-    pyfini__registry *reg = pyfini__registry_get(0);
-    if (reg == NULL) {
-        if (!PyErr_Occurred()) {
-            pyfini__fail(PyExc_RuntimeError, "pyfini_track: no pyfini state exists in this "
-                                             "interpreter");
-        }
-        return -1;
-    }
-    return reg->state_track(reg, def, obj);
+    pyfini__registry *reg = pyfini__state_registry("pyfini_track");
+    return reg ? reg->state_track(reg, def, obj) : -1;
 }
 
 PYFINI_FUNC int pyfini_state_leak_warnings(const pyfini_state_def *def, int enabled)
 {
-    if (pyfini__tstate() == NULL) {
-        return pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first");
-    }
-    if (pyfini__def_check(def) < 0) {
+    if (pyfini__state_call_check(def) < 0) {
         return -1;
     }
-    pyfini__registry *reg = pyfini__registry_get(0);
-    if (reg == NULL) {
-        if (!PyErr_Occurred()) {
-            pyfini__fail(PyExc_RuntimeError, "pyfini_state_leak_warnings: no pyfini state "
-                                             "exists in this interpreter");
-        }
-        return -1;
-    }
-    return reg->state_warnings(reg, def, enabled);
+    pyfini__registry *reg = pyfini__state_registry("pyfini_state_leak_warnings");
+    return reg ? reg->state_warnings(reg, def, enabled) : -1;
 }
 
+/* The checks every registration call starts with; 0, or -1. */
 static inline int pyfini__check_args(pyfini_callback func, int phase, PyThreadState **ts)
 {
     *ts = pyfini__tstate();
     if (*ts == NULL) {
-        return pyfini__fail(NULL, "no thread state: attach one (hold the GIL) first; "
-                                  "nothing was done");
+        return pyfini__fail(NULL, PYFINI__NO_TSTATE "; nothing was done");
     }
     if (PyErr_Occurred()) {
         /* CPython's rule: no C API call with an exception set. Left as is. */
@@ -2090,13 +2573,7 @@ PYFINI_FUNC int pyfini_atexit_cancel(pyfini_callback func, void *arg, pyfini_pha
     if (phase == PYFINI_RUNTIME_SHUTDOWN && pyfini__running_root != NULL && func != NULL &&
         pyfini__tstate() == NULL) {
         /* from a RUNTIME_SHUTDOWN callback run by this copy: no C API needed */
-        pyfini__entry *e = pyfini__find(pyfini__running_root->head, func, arg);
-        if (e == NULL) {
-            return 0;
-        }
-        pyfini__unlink(&pyfini__running_root->head, &pyfini__running_root->count, e);
-        PYFINI_FREE(e);
-        return 1;
+        return pyfini__runtime_cancel_running(func, arg);
     }
     if (pyfini__check_args(func, (int)phase, &ts) < 0) {
         return -1;
@@ -2129,6 +2606,8 @@ PYFINI_FUNC int pyfini_current_phase(void)
     pyfini__registry *reg = pyfini__registry_get(1);
     return reg ? reg->phase : -1;
 }
+
+#endif /* PYFINI_DECLS_ONLY */
 
 #ifdef __cplusplus
 }  /* extern "C" */
