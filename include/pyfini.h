@@ -539,13 +539,15 @@ static inline int pyfini__runtime_finalizing(void)
 #endif
 }
 
-/* gh-74929 (PEP 667) added PyEval_GetFrameBuiltins() to Python 3.13.0b1 and
+/* PEP 667 (gh-74929) added PyEval_GetFrameBuiltins() to Python 3.13 and
    deprecated PyEval_GetBuiltins(); the new one returns a new reference.
+   Which 3.13 prerelease first had it is not confirmed here, so the guard
+   takes 3.13.0 final (the old function still works before it).
    Borrowed builtins dict of the current interpreter (no frame during
    teardown: interp->builtins), or NULL once it is gone. */
 static inline PyObject *pyfini__builtins(void)
 {
-#if PY_VERSION_HEX >= 0x030D00B1
+#if PY_VERSION_HEX >= 0x030D00F0
     PyObject *b = PyEval_GetFrameBuiltins();
     if (b == NULL) {
         PyErr_Clear();
