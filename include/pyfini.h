@@ -19,9 +19,9 @@
  *    4. CPython compatibility        one shim per CPython change, with its release
  *    5. Errors, reports, helpers     last error, failure reports, entry lists
  *    6. The registry                 check / find / create / publish / free
- *    7. PRE_SHUTDOWN and USER entries (one Python callable per entry: their runner)
- *    8. PRE_SHUTDOWN                 trigger, marker
- *    9. USER                         trigger, marker
+ *    7. PRE_SHUTDOWN                 trigger, marker
+ *    8. USER                         trigger, marker
+ *    9. PRE_SHUTDOWN and USER entries  their runner: one Python callable per entry
  *   10. POST_SHUTDOWN                trigger, runner, states' end
  *   11. RUNTIME_SHUTDOWN             trigger, runner, the main interpreter's list
  *   12. Registration                 the registry's add / cancel operations
@@ -887,7 +887,7 @@ static inline int pyfini__grow(void **arr, size_t *cap, size_t n, size_t elem, s
    and operations are defined in the sections that use them; the registry
    only stores or plants them. These three are the forward declarations the
    file needs for that: */
-static inline void pyfini__install_markers(pyfini__registry *reg);        /* 8, 9 */
+static inline void pyfini__install_markers(pyfini__registry *reg);        /* 8 */
 static void pyfini__registry_capsule_destructor(PyObject *capsule);       /* 10 */
 static inline void pyfini__registry_set_ops(pyfini__registry *reg);       /* 13 */
 
