@@ -25,6 +25,7 @@
 #include <time.h>
 #include "pyfini.h"
 #include "lookups.h"
+#include "interp_configs.h"
 
 /* ---- a module with state, and a type defined by it ------------------------- */
 typedef struct {
@@ -65,20 +66,15 @@ static double one_cycle(PyThreadState *main_ts, int with_pyfini, int subject_imp
 {
     double t0 = bench_now();
     PyThreadState *sub = NULL;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyInterpreterConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.allow_threads = 1;
-    cfg.check_multi_interp_extensions = 1;
-    cfg.gil = PyInterpreterConfig_OWN_GIL;
-    PyStatus st = Py_NewInterpreterFromConfig(&sub, &cfg);
-    if (PyStatus_Exception(st)) {
-        fprintf(stderr, "Py_NewInterpreterFromConfig failed\n");
+    /* isolated (3.12+), else legacy: common/interp_configs.h */
+    const interp_config *ic = &interp_configs[INTERP_ISOLATED];
+    if (!interp_config_available(ic)) {
+        ic = &interp_configs[INTERP_LEGACY];
+    }
+    if (PyStatus_Exception(interp_config_create(ic, &sub))) {
+        fprintf(stderr, "%s failed\n", ic->legacy ? "Py_NewInterpreter" : "Py_NewInterpreterFromConfig");
         exit(1);
     }
-#else
-    sub = Py_NewInterpreter();
-#endif
     if (subject_imports_threading) {
         PyObject *t = PyImport_ImportModule("threading");
         if (t == NULL) {

@@ -4,6 +4,7 @@
  */
 #include <Python.h>
 #include "pyfini.h"
+#include "interp_configs.h"
 
 static int step;
 
@@ -43,23 +44,18 @@ int main(void)
 
     PyThreadState *main_ts = PyThreadState_Get();
     PyThreadState *sub = NULL;
-    const char *kind = "legacy (Py_NewInterpreter)";
-#if PY_VERSION_HEX >= 0x030C0000
-    PyInterpreterConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.use_main_obmalloc = 0;
-    cfg.allow_threads = 1;
-    cfg.check_multi_interp_extensions = 1;
-    cfg.gil = PyInterpreterConfig_OWN_GIL;
-    PyStatus st = Py_NewInterpreterFromConfig(&sub, &cfg);
+    /* an isolated sub-interpreter where CPython has one (3.12+), else legacy */
+    const interp_config *c = &interp_configs[INTERP_ISOLATED];
+    if (!interp_config_available(c)) {
+        c = &interp_configs[INTERP_LEGACY];
+    }
+    PyStatus st = interp_config_create(c, &sub);
     if (PyStatus_Exception(st)) {
-        fprintf(stderr, "Py_NewInterpreterFromConfig: %s\n", st.err_msg);
+        fprintf(stderr, "%s: %s\n", c->legacy ? "Py_NewInterpreter" : "Py_NewInterpreterFromConfig",
+                st.err_msg);
         return 1;
     }
-    kind = "isolated (own GIL, own obmalloc)";
-#else
-    sub = Py_NewInterpreter();
-#endif
+    const char *kind = c->legacy ? "legacy (Py_NewInterpreter)" : "isolated (own GIL, own obmalloc)";
     register_all("sub");
     printf("Ending the %s sub-interpreter %lld:\n", kind,
            (long long)PyInterpreterState_GetID(PyInterpreterState_Get()));

@@ -7,21 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "interp_configs.h"
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: %s legacy|isolated CYCLES [MODULE]\n", argv[0]);
         return 2;
     }
-    int isolated = strcmp(argv[1], "isolated") == 0;
+    const interp_config *ic = &interp_configs[strcmp(argv[1], "isolated") == 0 ? INTERP_ISOLATED : INTERP_LEGACY];
     long cycles = atol(argv[2]);
     const char *module = argc > 3 ? argv[3] : NULL;
-#if PY_VERSION_HEX < 0x030C0000
-    if (isolated) {
+    if (!interp_config_available(ic)) {
         fprintf(stderr, "isolated interpreters need CPython 3.12+\n");
         return 2;
     }
-#endif
     PyConfig config;
     PyConfig_InitPythonConfig(&config);
     config.parse_argv = 0;
@@ -32,17 +32,7 @@ int main(int argc, char **argv)
     PyThreadState *main_ts = PyThreadState_Get();
     for (long i = 0; i < cycles; i++) {
         PyThreadState *ts = NULL;
-        if (!isolated) {
-            ts = Py_NewInterpreter();
-        } else {
-#if PY_VERSION_HEX >= 0x030C0000
-            PyInterpreterConfig c = {.use_main_obmalloc = 0, .allow_threads = 1,
-                                     .check_multi_interp_extensions = 1, .gil = PyInterpreterConfig_OWN_GIL};
-            st = Py_NewInterpreterFromConfig(&ts, &c);
-            if (PyStatus_Exception(st)) ts = NULL;
-#endif
-        }
-        if (!ts) return 3;
+        if (PyStatus_Exception(interp_config_create(ic, &ts)) || !ts) return 3;
         if (module) {
             PyObject *m = PyImport_ImportModule(module);
             if (!m) return 3;

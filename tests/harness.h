@@ -19,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "interp_configs.h"
+
 /* ---------------- events ----------------------------------------------- */
 
 #define EV_MAX (1 << 20)
@@ -471,35 +473,22 @@ static inline void harness_init_nosite(void)
     harness_init();
 }
 
-enum { SUB_LEGACY = 0, SUB_ISOLATED = 1 };
+enum { SUB_LEGACY = INTERP_LEGACY, SUB_ISOLATED = INTERP_ISOLATED };
 
-/* A new sub-interpreter (its thread state becomes current), or NULL if the
-   kind does not exist on this CPython. */
+/* A new sub-interpreter of config kind (common/interp_configs.h; its thread
+   state becomes current), or NULL if the kind does not exist on this CPython. */
 static PyThreadState *new_sub(int kind)
 {
-    if (kind == SUB_LEGACY) {
-        PyThreadState *ts = Py_NewInterpreter();
-        ck_assert_ptr_nonnull(ts);
-        return ts;
+    const interp_config *c = &interp_configs[kind];
+    if (!interp_config_available(c)) {
+        return NULL;
     }
-#if PY_VERSION_HEX >= 0x030C0000
-    PyInterpreterConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.use_main_obmalloc = 0;
-    cfg.allow_fork = 0;
-    cfg.allow_exec = 0;
-    cfg.allow_threads = 1;
-    cfg.allow_daemon_threads = 0;
-    cfg.check_multi_interp_extensions = 1;
-    cfg.gil = PyInterpreterConfig_OWN_GIL;
     PyThreadState *ts = NULL;
-    PyStatus st = Py_NewInterpreterFromConfig(&ts, &cfg);
-    ck_assert_msg(!PyStatus_Exception(st), "Py_NewInterpreterFromConfig failed: %s",
+    PyStatus st = interp_config_create(c, &ts);
+    ck_assert_msg(!PyStatus_Exception(st) && ts != NULL, "%s failed: %s",
+                  c->legacy ? "Py_NewInterpreter" : "Py_NewInterpreterFromConfig",
                   st.err_msg ? st.err_msg : "?");
     return ts;
-#else
-    return NULL;
-#endif
 }
 
 static inline const char *py_version(void) { return PY_VERSION; }

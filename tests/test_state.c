@@ -809,7 +809,7 @@ END_TEST
 /* pin: CPython 3.11 loses a weak reference object that is freed after a
    sub-interpreter's last GC (80 B); 3.12+ do not. pyfini drops the weak
    references of tracked objects that died before the state-dict clear. */
-#include "memmeter.h"
+#include "lc_alloc.h"   /* leakcheck's allocator meter */
 static PyObject *late_weakref;
 static int drop_late_weakref(void *arg)
 {
@@ -820,13 +820,13 @@ static int drop_late_weakref(void *arg)
 
 START_TEST(test_pin_weakref_freed_after_last_gc)
 {
-    mm_install();
+    lc_alloc_install(0);
     harness_init_nosite();
     PyThreadState *main_ts = PyThreadState_Get();
     long long grew[2] = {0, 0};   /* [weak reference freed in POST_SHUTDOWN] */
     for (int i = 0; i < 30; i++) {
         for (int late = 0; late < 2; late++) {
-            long long before = mm_python_bytes();
+            long long before = lc_alloc_bytes();
             PyThreadState *sub = new_sub(SUB_LEGACY);
             PyObject *t = PyType_FromSpec(&node_spec);
             PyObject *o = node_new(t);
@@ -840,7 +840,7 @@ START_TEST(test_pin_weakref_freed_after_last_gc)
             Py_EndInterpreter(sub);
             PyThreadState_Swap(main_ts);
             if (i >= 10) {
-                grew[late] += mm_python_bytes() - before;
+                grew[late] += lc_alloc_bytes() - before;
             }
         }
     }

@@ -3,8 +3,9 @@
  * and tracks a heap type and its instances (some in a garbage cycle), cost
  * the same memory per cycle as the raw C API doing the same work with a
  * module-state type. Raw and pyfini cycles are interleaved; each cycle's
- * change in CPython's allocator bytes (exact, all three domains) and in
- * malloc's bytes in use is summed per variant.
+ * change in CPython's allocator bytes (exact, all three domains, each block
+ * once: leakcheck/worker/lc_alloc.h) and in malloc's bytes in use
+ * (leakcheck/worker/lc_meter.h) is summed per variant.
  *
  * PYFINI_ZERO_LOSS_CYCLES (default 2000) cycles of each variant, after 20
  * warm-up cycles of each.
@@ -30,7 +31,8 @@ static void counting_free(void *p)
 #include "pyfini.h"
 #include "harness.h"
 #include "node.h"
-#include "memmeter.h"
+#include "lc_alloc.h"   /* leakcheck's allocator meter */
+#include "lc_meter.h"
 
 #define N_INSTANCES 10
 
@@ -178,7 +180,7 @@ START_TEST(test_zero_loss_against_raw_c_api)
 #if defined(__SANITIZE_ADDRESS__)
     cycles = cycles < 100 ? cycles : 100;   /* ASan: slow, and mallinfo sees its allocator */
 #endif
-    mm_install();
+    lc_alloc_install(0);
     PyImport_AppendInittab("_zl_raw", init_raw);
     PyImport_AppendInittab("_zl_pyfini", init_lib);
     Py_Initialize();
@@ -194,14 +196,14 @@ START_TEST(test_zero_loss_against_raw_c_api)
         dpy[v] = (long long *)calloc((size_t)cycles, sizeof(long long));
         dmal[v] = (long long *)calloc((size_t)cycles, sizeof(long long));
     }
-    long long rss0 = mm_rss_bytes();
+    long long rss0 = lc_meter_rss();
     for (int i = 0; i < cycles; i++) {
         for (int v = 0; v < 2; v++) {
-            long long p0 = mm_python_bytes(), m0 = mm_malloc_bytes();
+            long long p0 = lc_alloc_bytes(), m0 = lc_meter_malloc();
             one_cycle(main_ts, v == 0 ? "_zl_raw" : "_zl_pyfini");
-            dpy[v][i] = mm_python_bytes() - p0;
+            dpy[v][i] = lc_alloc_bytes() - p0;
             py[v] += dpy[v][i];
-            dmal[v][i] = mm_malloc_bytes() - m0;
+            dmal[v][i] = lc_meter_malloc() - m0;
             mal[v] += dmal[v][i];
         }
     }
@@ -220,7 +222,7 @@ START_TEST(test_zero_loss_against_raw_c_api)
         free(dpy[v]);
         free(dmal[v]);
     }
-    long long rss1 = mm_rss_bytes();
+    long long rss1 = lc_meter_rss();
     char *err = stderr_capture_end();
     ck_assert_msg(err[0] == '\0', "unexpected stderr (leak report?):\n%.3000s", err);
     free(err);

@@ -1,4 +1,5 @@
-/* lc_alloc.h - counting wrapper around CPython's three allocator domains.
+/* lc_alloc.h - counting wrapper around CPython's three allocator domains:
+ * the one allocator meter of pyfini-leakcheck's worker and of pyfini's tests.
  *
  * lc_alloc_install() must run before Py_PreInitialize()/Py_Initialize(): it
  * saves the current RAW, MEM and OBJ allocators and installs wrappers that
@@ -26,6 +27,8 @@ void lc_alloc_install(int where);
 
 /* Live bytes and blocks per domain. */
 void lc_alloc_totals(int64_t bytes[LC_NDOMAINS], int64_t blocks[LC_NDOMAINS]);
+/* Live bytes of all domains: each block once, in requested bytes. */
+int64_t lc_alloc_bytes(void);
 
 /* Attribution (only with where): 0 off, 1 record as subject cycle, 2 as bare. */
 void lc_alloc_set_recording(int kind);

@@ -1,4 +1,4 @@
-/* lc_stats.h - how pyfini-leakcheck judges one meter's series.
+/* stats.h - how pyfini-leakcheck judges one meter's series.
  *
  * Input: x[0..n-1], the increase of a meter over each judged cycle, or, with
  * a baseline, per block pair: (growth over k subject cycles - growth over the

@@ -1,4 +1,4 @@
-/* lc_symbols.c - symbolise return addresses of this process with elfutils' libdw.
+/* symbols.c - symbolise return addresses of this process with elfutils' libdw.
  * Used by the worker at the end of a --where run, when no Python allocation
  * is being recorded. */
 #define _GNU_SOURCE
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lc_symbols.h"
+#include "symbols.h"
 
 static Dwfl *lc_dwfl;
 

@@ -1,8 +1,8 @@
-/* lc_stats.c - see lc_stats.h */
+/* stats.c - see stats.h */
 #include <math.h>
 #include <string.h>
 
-#include "lc_stats.h"
+#include "stats.h"
 
 double lc_t995(int df)
 {

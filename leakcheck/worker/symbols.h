@@ -1,4 +1,4 @@
-/* lc_symbols.h - symbolise return addresses of this process (elfutils libdw). */
+/* symbols.h - symbolise return addresses of this process (elfutils libdw). */
 #ifndef LC_SYMBOLS_H
 #define LC_SYMBOLS_H
 

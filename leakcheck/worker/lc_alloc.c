@@ -13,6 +13,11 @@
 #include <string.h>
 
 #include "lc_alloc.h"
+#include "lc_util.h"
+
+#define LC_FORWARD_SLACK 64      /* bytes the debug hooks may add to a forwarded request */
+#define LC_SITES_FIRST_CAP 4096   /* first size of the site table */
+#define LC_INDEX_FIRST_CAP 8192   /* first size of its hash index (a power of two, > 2 x sites) */
 
 /* The header in front of every block.  16 bytes keep the 16-byte alignment
  * Python's allocators promise. */
@@ -29,6 +34,7 @@ _Static_assert(sizeof(lc_hdr) == 16, "lc_hdr must keep 16-byte alignment");
 #define LC_F_OBM     0x10u  /* a pymalloc block of the cycle's interpreter */
 #define LC_TAG(f)    ((f) >> 8)
 
+static const PyMemAllocatorDomain lc_doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
 static PyMemAllocatorEx lc_orig[3];
 static int lc_domain_ids[3] = {LC_DOMAIN_RAW, LC_DOMAIN_MEM, LC_DOMAIN_OBJ};
 static int lc_where;
@@ -67,7 +73,7 @@ static inline void count(int domain, int64_t dbytes, int64_t dblocks)
  * call then is either pymalloc forwarding a request too large for its pools
  * (the same size, plus at most the debug hooks' few bytes: not counted again,
  * the MEM/OBJ wrapper counts it) or pymalloc's own bookkeeping (arena table,
- * arena map nodes: counted as RAW like any other). */
+ * arena map nodes: counted in LC_DOMAIN_OBMALLOC, the py.obm meter). */
 static _Thread_local int lc_in_pymalloc;
 static _Thread_local size_t lc_outer_size;     /* the MEM/OBJ request being served */
 static _Thread_local int lc_forwarded;         /* that request went to RAW */
@@ -96,11 +102,7 @@ static inline void add64(int64_t *p, int64_t v) { __atomic_fetch_add(p, v, __ATO
 
 static uint64_t hash_frames(int domain, void **ip, int n)
 {
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)domain;
-    for (int i = 0; i < n; i++) {
-        h ^= (uint64_t)(uintptr_t)ip[i];
-        h *= 1099511628211ull;
-    }
+    uint64_t h = lc_fnv(LC_FNV_OFFSET ^ (uint64_t)domain, ip, (size_t)n * sizeof *ip);
     return h ? h : 1;
 }
 
@@ -118,14 +120,14 @@ static int index_insert(uint32_t id, uint64_t hash)
 static int grow_tables(void)
 {
     if (lc_nsites + 1 > lc_capsites) {
-        uint32_t cap = lc_capsites ? lc_capsites * 2 : 4096;
+        uint32_t cap = lc_capsites ? lc_capsites * 2 : LC_SITES_FIRST_CAP;
         lc_site *s = realloc(lc_sites, cap * sizeof *s);
         if (!s) return -1;
         lc_sites = s;
         lc_capsites = cap;
     }
     if ((lc_nsites + 1) * 2 > lc_index_cap) {
-        uint32_t cap = lc_index_cap ? lc_index_cap * 2 : 8192;
+        uint32_t cap = lc_index_cap ? lc_index_cap * 2 : LC_INDEX_FIRST_CAP;
         uint32_t *ix = calloc(cap, sizeof *ix);
         if (!ix) return -1;
         free(lc_index);
@@ -263,7 +265,7 @@ static void *account_new(void *raw, size_t n, int domain, int large, int own)
     h->flags = (uint32_t)domain;
     if (own) return h + 1;   /* tracemalloc's tables: never counted */
     if (domain == LC_DOMAIN_RAW && lc_in_pymalloc && !lc_forwarded && n >= lc_outer_size
-        && n <= lc_outer_size + 64) {
+        && n <= lc_outer_size + LC_FORWARD_SLACK) {
         lc_forwarded = 1;
         lc_raw_hits++;          /* a forwarded large request: counted by its MEM/OBJ caller */
         return h + 1;
@@ -281,53 +283,50 @@ static void *account_new(void *raw, size_t n, int domain, int large, int own)
     return h + 1;
 }
 
-static void *lc_malloc(void *ctx, size_t n)
+/* Around every call into the original allocator of domain d: inside
+ * pymalloc (MEM, OBJ) a RAW call is pymalloc's, and a request of
+ * outer_size bytes (0: a free) may be forwarded to RAW whole. */
+static inline void orig_enter(int d, size_t outer_size)
+{
+    lc_inner_depth++;
+    if (d == LC_DOMAIN_RAW) return;
+    lc_in_pymalloc++;
+    lc_outer_size = outer_size;
+    lc_forwarded = 0;
+}
+
+static inline void orig_leave(int d)
+{
+    lc_inner_depth--;
+    if (d == LC_DOMAIN_RAW) return;
+    lc_forwarded = 0;
+    lc_in_pymalloc--;
+}
+
+/* malloc (zero = 0) or calloc (zero = 1) of n bytes in the domain of ctx */
+static void *alloc_new(void *ctx, size_t n, int zero)
 {
     int d = *(int *)ctx;
-    if (n > SIZE_MAX - sizeof(lc_hdr)) return NULL;
     PyMemAllocatorEx *o = &lc_orig[d];
-    void *p;
     unsigned hits = lc_raw_hits;
     int own = tm_own_request();
-    lc_inner_depth++;
-    if (d == LC_DOMAIN_RAW) {
-        p = o->malloc(o->ctx, n + sizeof(lc_hdr));
-    } else {
-        lc_in_pymalloc++;
-        lc_outer_size = n + sizeof(lc_hdr);
-        lc_forwarded = 0;
-        p = o->malloc(o->ctx, n + sizeof(lc_hdr));
-        lc_forwarded = 0;
-        lc_in_pymalloc--;
-    }
-    lc_inner_depth--;
+    orig_enter(d, n + sizeof(lc_hdr));
+    void *p = zero ? o->calloc(o->ctx, 1, n + sizeof(lc_hdr)) : o->malloc(o->ctx, n + sizeof(lc_hdr));
+    orig_leave(d);
     if (!p) return NULL;
     return account_new(p, n, d, lc_raw_hits != hits, own);
 }
 
+static void *lc_malloc(void *ctx, size_t n)
+{
+    if (n > SIZE_MAX - sizeof(lc_hdr)) return NULL;
+    return alloc_new(ctx, n, 0);
+}
+
 static void *lc_calloc(void *ctx, size_t nelem, size_t elsize)
 {
-    int d = *(int *)ctx;
     if (elsize && nelem > (SIZE_MAX - sizeof(lc_hdr)) / elsize) return NULL;
-    size_t n = nelem * elsize;
-    PyMemAllocatorEx *o = &lc_orig[d];
-    void *p;
-    unsigned hits = lc_raw_hits;
-    int own = tm_own_request();
-    lc_inner_depth++;
-    if (d == LC_DOMAIN_RAW) {
-        p = o->calloc(o->ctx, 1, n + sizeof(lc_hdr));
-    } else {
-        lc_in_pymalloc++;
-        lc_outer_size = n + sizeof(lc_hdr);
-        lc_forwarded = 0;
-        p = o->calloc(o->ctx, 1, n + sizeof(lc_hdr));
-        lc_forwarded = 0;
-        lc_in_pymalloc--;
-    }
-    lc_inner_depth--;
-    if (!p) return NULL;
-    return account_new(p, n, d, lc_raw_hits != hits, own);
+    return alloc_new(ctx, nelem * elsize, 1);
 }
 
 static void lc_free(void *ctx, void *ptr)
@@ -343,13 +342,9 @@ static void lc_free(void *ctx, void *ptr)
     }
     PyMemAllocatorEx *o = &lc_orig[d];
     lc_inner_depth++;
-    if (d == LC_DOMAIN_RAW) {
-        o->free(o->ctx, h);
-    } else {
-        lc_in_pymalloc++;
-        o->free(o->ctx, h);
-        lc_in_pymalloc--;
-    }
+    if (d != LC_DOMAIN_RAW) lc_in_pymalloc++;
+    o->free(o->ctx, h);
+    if (d != LC_DOMAIN_RAW) lc_in_pymalloc--;
     lc_inner_depth--;
 }
 
@@ -362,20 +357,10 @@ static void *lc_realloc(void *ctx, void *ptr, size_t n)
     size_t old = h->size;
     PyMemAllocatorEx *o = &lc_orig[d];
     unsigned hits = lc_raw_hits;
-    lc_hdr *nh;
     (void)tm_own_request();   /* the block keeps its kind: counted or tracemalloc's */
-    lc_inner_depth++;
-    if (d == LC_DOMAIN_RAW) {
-        nh = o->realloc(o->ctx, h, n + sizeof(lc_hdr));
-    } else {
-        lc_in_pymalloc++;
-        lc_outer_size = n + sizeof(lc_hdr);
-        lc_forwarded = 0;
-        nh = o->realloc(o->ctx, h, n + sizeof(lc_hdr));
-        lc_forwarded = 0;
-        lc_in_pymalloc--;
-    }
-    lc_inner_depth--;
+    orig_enter(d, n + sizeof(lc_hdr));
+    lc_hdr *nh = o->realloc(o->ctx, h, n + sizeof(lc_hdr));
+    orig_leave(d);
     if (!nh) return NULL;   /* the old block is untouched */
     nh->size = n;
     if (nh->flags & LC_F_COUNTED) {
@@ -392,12 +377,11 @@ static void *lc_realloc(void *ctx, void *ptr, size_t n)
 
 void lc_alloc_install(int where)
 {
-    static const PyMemAllocatorDomain doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
     lc_where = where;
     for (int d = 0; d < 3; d++) {
-        PyMem_GetAllocator(doms[d], &lc_orig[d]);
+        PyMem_GetAllocator(lc_doms[d], &lc_orig[d]);
         PyMemAllocatorEx w = {&lc_domain_ids[d], lc_malloc, lc_calloc, lc_realloc, lc_free};
-        PyMem_SetAllocator(doms[d], &w);
+        PyMem_SetAllocator(lc_doms[d], &w);
     }
 }
 
@@ -453,11 +437,10 @@ static void lc_tmhook_free(void *ctx, void *ptr)
 
 void lc_alloc_recheck_tracemalloc(void)
 {
-    static const PyMemAllocatorDomain doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
     if (!lc_where || !__atomic_load_n(&lc_over_tm, __ATOMIC_ACQUIRE)) return;
     for (int d = 0; d < 3; d++) {
         PyMemAllocatorEx cur;
-        PyMem_GetAllocator(doms[d], &cur);
+        PyMem_GetAllocator(lc_doms[d], &cur);
         /* the hook on top, or the counting wrapper (tracemalloc stopped):
            every request is classified right */
         if (cur.malloc == lc_tmhook_malloc || cur.malloc == lc_malloc) continue;
@@ -466,18 +449,17 @@ void lc_alloc_recheck_tracemalloc(void)
         lc_tm[d] = cur;
         PyMemAllocatorEx w = {&lc_domain_ids[d], lc_tmhook_malloc, lc_tmhook_calloc, lc_tmhook_realloc,
                               lc_tmhook_free};
-        PyMem_SetAllocator(doms[d], &w);
+        PyMem_SetAllocator(lc_doms[d], &w);
     }
 }
 
 void lc_alloc_over_tracemalloc(void)
 {
-    static const PyMemAllocatorDomain doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
     if (!lc_where || lc_over_tm) return;
     for (int d = 0; d < 3; d++) {
-        PyMem_GetAllocator(doms[d], &lc_tm[d]);
+        PyMem_GetAllocator(lc_doms[d], &lc_tm[d]);
         PyMemAllocatorEx w = {&lc_domain_ids[d], lc_tmhook_malloc, lc_tmhook_calloc, lc_tmhook_realloc, lc_tmhook_free};
-        PyMem_SetAllocator(doms[d], &w);
+        PyMem_SetAllocator(lc_doms[d], &w);
     }
     __atomic_store_n(&lc_over_tm, 1, __ATOMIC_RELEASE);
 }
@@ -490,6 +472,14 @@ void lc_alloc_totals(int64_t bytes[LC_NDOMAINS], int64_t blocks[LC_NDOMAINS])
             bytes[d] += __atomic_load_n(&c->bytes[d], __ATOMIC_RELAXED);
             blocks[d] += __atomic_load_n(&c->blocks[d], __ATOMIC_RELAXED);
         }
+}
+
+int64_t lc_alloc_bytes(void)
+{
+    int64_t bytes[LC_NDOMAINS], blocks[LC_NDOMAINS], sum = 0;
+    lc_alloc_totals(bytes, blocks);
+    for (int d = 0; d < LC_NDOMAINS; d++) sum += bytes[d];
+    return sum;
 }
 
 void lc_alloc_set_recording(int kind)

@@ -1,0 +1,150 @@
+/* analyse.c - the meters, and a finished run judged per meter (the
+ * statistics: stats.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+
+const lc_meter_def lc_meters[LC_NMETERS] = {
+    {"rss", LC_V_RSS, 1, 4096,
+     "resident set size of the worker process (/proc/self/statm), bytes. What the\n"
+     "      system sees; includes abandoned obmalloc arenas. Noisy, one-page resolution."},
+    {"malloc", LC_V_MALLOC, 1, 16,
+     "bytes in use in the C library's malloc (glibc mallinfo2: uordblks + hblkhd),\n"
+     "      chunk sizes with malloc's own headers. Sees plain malloc() of C extensions."},
+    {"py", LC_V_PY, 1, 1,
+     "bytes held through Python's allocators (the four rows below): exact requested\n"
+     "      sizes, counted by a PyMem_SetAllocator wrapper installed before Py_Initialize."},
+    {"py.raw", LC_V_PY_RAW, 1, 1,
+     "the same for PYMEM_DOMAIN_RAW (PyMem_RawMalloc: interpreter and thread states,\n"
+     "      an isolated interpreter's obmalloc state, buffers of C extensions)."},
+    {"py.mem", LC_V_PY_MEM, 1, 1, "the same for PYMEM_DOMAIN_MEM (PyMem_Malloc)."},
+    {"py.obj", LC_V_PY_OBJ, 1, 1, "the same for PYMEM_DOMAIN_OBJ (PyObject_Malloc: Python objects)."},
+    {"py.obm", LC_V_PY_OBMALLOC, 1, 1,
+     "obmalloc's own bookkeeping: RAW blocks pymalloc allocates for itself (arena\n"
+     "      table, radix-tree arena map). Lost with an abandoned own-obmalloc state."},
+    {"blocks", LC_V_BLOCKS, 0, 1,
+     "blocks allocated through Python's allocators and not freed yet (all domains)."},
+    {"refs", LC_V_REFS, 0, 1,
+     "total reference count, sys.gettotalrefcount(): debug builds (Py_REF_DEBUG) only."},
+    {"fds", LC_V_FDS, 0, 1, "open file descriptors of the worker (/proc/self/fd)."},
+};
+
+const meter_result *lc_meter_result(const analysis *a, int value)
+{
+    for (size_t i = 0; i < LC_NMETERS; i++)
+        if (a->m[i].def->value == value) return &a->m[i];
+    return NULL;
+}
+
+/* Cycle times and obmalloc blocks at interpreter end, over the judged cycles. */
+static void judged_totals(const lc_run *r, analysis *a)
+{
+    double ts = 0, tb = 0;
+    long ns = 0, nb = 0;
+    a->obm_min = INT64_MAX;
+    a->obm_max = -1;
+    for (size_t i = 0; i < r->ncyc; i++) {
+        const lc_cycle *c = &r->cyc[i];
+        if (!c->id.judged) continue;
+        if (c->id.kind == 'S') ts += (double)c->v[LC_V_TIME_NS], ns++;
+        else tb += (double)c->v[LC_V_TIME_NS], nb++;
+        if (c->obm >= 0) {
+            if (c->obm < a->obm_min) a->obm_min = c->obm;
+            if (c->obm > a->obm_max) a->obm_max = c->obm;
+            a->obm_mean += (double)c->obm;
+            a->obm_n++;
+        }
+    }
+    if (a->obm_n) a->obm_mean /= (double)a->obm_n;
+    a->time_subject_ms = ns ? ts / (double)ns / 1e6 : NAN;
+    a->time_bare_ms = nb ? tb / (double)nb / 1e6 : NAN;
+    a->n_subject = ns;
+    a->n_bare = nb;
+    a->rounds_judged = ns > nb ? ns : nb;
+}
+
+/* The series of value v to judge, one sample per finished block pair of the
+ * schedule: growth per cycle over its subject cycles, its bare cycles, and
+ * the excess.  Returns the number of pairs; *k = the block length. */
+static size_t block_series(const lc_run *r, int v, double *xs, double *xb, double *xe, double *k)
+{
+    size_t n = 0;
+    for (long i = lc_schedule_warmup_length(&r->sched); i < (long)r->ncyc;) {
+        lc_slot sl = lc_schedule_at(&r->sched, i);
+        long s0 = i, b0 = i + sl.block_len, end = b0 + sl.block_len;
+        if (end > (long)r->ncyc) break;   /* an unfinished block (crash) */
+        *k = (double)sl.block_len;
+        double gs = (double)(r->cyc[b0 - 1].v[v] - (s0 ? r->cyc[s0 - 1].v[v] : r->initial[v]));
+        double gb = (double)(r->cyc[end - 1].v[v] - r->cyc[b0 - 1].v[v]);
+        xs[n] = gs / *k;
+        xb[n] = gb / *k;
+        xe[n++] = (gs - gb) / *k;
+        i = end;
+    }
+    return n;
+}
+
+/* Judge one meter: block pairs (paired) or single cycles. */
+static void judge_meter(const lc_run *r, meter_result *m, double thr, int paired, double *xs, double *xb,
+                        double *xe)
+{
+    int v = m->def->value;
+    double res = m->def->resolution, k = 1;
+    size_t cs = 0, cb = 0, ce = 0;
+    if (paired) {
+        cs = cb = ce = block_series(r, v, xs, xb, xe, &k);
+    } else {
+        for (size_t i = 0; i < r->ncyc; i++) {
+            const lc_cycle *c = &r->cyc[i];
+            int64_t prev = i ? r->cyc[i - 1].v[v] : r->initial[v];
+            if (!c->id.judged) continue;
+            if (c->id.kind == 'S') xs[cs++] = (double)(c->v[v] - prev);
+            else xb[cb++] = (double)(c->v[v] - prev);
+        }
+    }
+    if (cs) lc_judge(xs, cs, k, res, thr, paired, &m->subject), m->have_subject = 1;
+    if (cb) lc_judge(xb, cb, k, res, thr, paired, &m->bare), m->have_bare = 1;
+    if (ce) lc_judge(xe, ce, k, res, thr, paired, &m->excess), m->have_excess = 1;
+    m->judged = m->have_excess ? &m->excess : (m->have_subject ? &m->subject : (m->have_bare ? &m->bare : NULL));
+    m->verdict = m->judged ? m->judged->verdict : LC_TOO_FEW;
+}
+
+void lc_analyse(const lc_run *r, analysis *a, double max_bytes)
+{
+    memset(a, 0, sizeof *a);
+    judged_totals(r, a);
+    int paired = a->n_subject && a->n_bare;
+    size_t n = r->ncyc;
+    double *xs = calloc(n + 1, sizeof *xs), *xb = calloc(n + 1, sizeof *xb), *xe = calloc(n + 1, sizeof *xe);
+    for (size_t mi = 0; mi < LC_NMETERS; mi++) {
+        meter_result *m = &a->m[mi];
+        m->def = &lc_meters[mi];
+        int v = m->def->value;
+        m->available = r->avail[v].known ? r->avail[v].available : 1;
+        m->how = r->avail[v].how;
+        if (!m->available || !r->have_initial || r->initial[v] < 0) {
+            m->available = 0;
+            continue;
+        }
+        judge_meter(r, m, m->def->bytes ? max_bytes : 0, paired, xs, xb, xe);
+        if (m->verdict == LC_LEAK && m->def->bytes) a->leak = 1;
+        if (m->verdict == LC_INCONCLUSIVE) a->inconclusive = 1;
+    }
+    free(xs);
+    free(xb);
+    free(xe);
+}
+
+int lc_exit_status(const lc_run *r, const analysis *a)
+{
+    switch (r->outcome) {
+    case LC_OUT_ERROR:
+    case LC_OUT_SPAWN: return 2;
+    case LC_OUT_CRASH:
+    case LC_OUT_HANG: return 3;
+    case LC_OUT_DONE: return a->leak ? 1 : 0;
+    }
+    return 3;
+}

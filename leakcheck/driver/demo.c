@@ -1,0 +1,71 @@
+/* demo.c - --demo: bare legacy vs bare isolated interpreters, then the same
+ * with --import json; one table line each. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+#define LC_DEMO_CYCLES 40
+#define LC_DEMO_WARMUP 5
+
+static void print_header(const lc_run *r)
+{
+    printf("CPython %s%s (%s build)\n\n", r->version, r->abiflags, r->debug ? "debug" : "release");
+    printf("%-24s %9s  %-20s %-20s %-20s %s\n", "cycle", "ms/cycle", "rss/cycle", "malloc/cycle", "py/cycle",
+           "verdict");
+}
+
+/* One line of the table; returns the exit status it contributes (0, 1, 3). */
+static int print_line(const char *label, const lc_run *r, int subject)
+{
+    if (r->outcome != LC_OUT_DONE) {
+        if (r->outcome == LC_OUT_ERROR) printf("%-24s not run: %s\n", label, r->error);
+        else printf("%-24s %s\n", label, r->outcome == LC_OUT_HANG ? "HANG" : "CRASH");
+        return r->outcome == LC_OUT_ERROR ? 0 : 3;
+    }
+    analysis a;
+    lc_analyse(r, &a, 0);
+    static const int shown[3] = {LC_V_RSS, LC_V_MALLOC, LC_V_PY};
+    char cols[3][40];
+    for (int k = 0; k < 3; k++) {
+        const meter_result *m = lc_meter_result(&a, shown[k]);
+        char v[24] = "n/a";
+        if (m->available && m->judged) lc_fmt_value(v, sizeof v, m->def, m->judged->slope, 1);
+        snprintf(cols[k], sizeof cols[k], "%s %s", v, lc_verdict_mark(m));
+    }
+    double ms = subject ? a.time_subject_ms : a.time_bare_ms;
+    printf("%-24s %9.2f  %-20s %-20s %-20s %s\n", label, ms, cols[0], cols[1], cols[2], a.leak ? "LEAK" : "no leak");
+    return a.leak ? 1 : 0;
+}
+
+int lc_demo(const lc_request *q)
+{
+    static const struct { int config; const char *import; } runs[] = {
+        {INTERP_LEGACY, NULL}, {INTERP_ISOLATED, NULL}, {INTERP_LEGACY, "json"}, {INTERP_ISOLATED, "json"}};
+    lc_request d = *q;
+    d.cycles = q->cycles_set ? q->cycles : LC_DEMO_CYCLES;
+    d.warmup = q->warmup_set ? q->warmup : LC_DEMO_WARMUP;
+    d.baseline = 1;
+    d.where = 0;
+    printf("pyfini-leakcheck --demo: what one create-and-end cycle of an interpreter loses\n");
+    printf("(%ld warm-up + %ld judged cycles each; with --import json, the excess over a bare cycle is judged)\n\n",
+           d.warmup, d.cycles);
+    int worst = 0, header = 0;
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        d.config = &interp_configs[runs[i].config];
+        d.nimports = runs[i].import != NULL;
+        d.imports[0] = runs[i].import;
+        lc_run r;
+        lc_run_request(&r, &d, q->timeout, isatty(2));
+        char label[64];
+        snprintf(label, sizeof label, "%s %s", d.config->name, runs[i].import ? "--import json" : "bare");
+        if (!header && r.version[0]) print_header(&r), header = 1;
+        int st = print_line(label, &r, d.nimports);
+        if (st > worst) worst = st;
+        lc_run_free(&r);
+    }
+    printf("\nper cycle: least-squares slope over the judged cycles (for --import json: beyond the bare cycle).\n"
+           "ok / LEAK / ? = no leak / LEAK / inconclusive for that meter.  Details of one line:\n"
+           "  pyfini-leakcheck --config isolated [--import json] [--where]\n");
+    return worst;
+}

@@ -1,0 +1,180 @@
+/* driver.h - what the parts of pyfini-leakcheck's driver tell each other.
+ *
+ *   main.c         the request from the options, then one check, --demo or --scan
+ *   options.c      options -> lc_request (usage errors, --help)
+ *   run.c          start one worker for a request, decode its records into an lc_run
+ *   analyse.c      the meters, and an lc_run judged per meter (stats.c: the statistics)
+ *   report_text.c  the report on a terminal
+ *   report_json.c  --json
+ *   report_csv.c   --csv
+ *   demo.c         --demo
+ *   scan.c         --scan
+ *   python.c       --python X.Y: find that CPython, build its worker once
+ * The driver embeds no Python; with the worker it shares only shared/ (the
+ * record codec, the schedule) and common/interp_configs.h.
+ */
+#ifndef LC_DRIVER_H
+#define LC_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "interp_configs.h"
+#include "lc_protocol.h"
+#include "lc_schedule.h"
+#include "lc_util.h"
+#include "stats.h"
+
+#define LC_PATH_MAX 4096
+
+/* --- what was asked (options.c) ------------------------------------------ */
+typedef struct lc_request {
+    const interp_config *config;
+    const char *imports[LC_MAX_IMPORTS];
+    int nimports;
+    const char *code, *file, *python, *csv;
+    long cycles, warmup;
+    int cycles_set, warmup_set;
+    double max_bytes, timeout;
+    int timeout_set;
+    int json, where, scan, baseline, demo, no_wrapper;
+    int list_extensions;        /* the worker lists extension modules instead of running cycles */
+    char worker[LC_PATH_MAX];   /* the worker that runs it */
+} lc_request;
+
+void lc_parse_args(lc_request *q, int argc, char **argv);
+void lc_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static inline int lc_has_subject(const lc_request *q) { return q->nimports || q->code || q->file; }
+static inline int lc_paired(const lc_request *q) { return lc_has_subject(q) && q->baseline; }
+
+/* --- what the worker said (run.c) ---------------------------------------- */
+typedef struct lc_cycle {
+    lc_cycle_id id;
+    int64_t v[LC_NVALUES];
+    int64_t obm;        /* obmalloc blocks still in use at interpreter end, -1 unknown */
+} lc_cycle;
+
+#define LC_FRAME_TEXT 400
+typedef struct lc_site {
+    unsigned id;
+    char domain[LC_DOMAIN_NAME_MAX];
+    int64_t bytes[2], blocks[2];   /* [0] subject, [1] bare cycles */
+    double bytes_per_cycle, blocks_per_cycle;   /* excess per judged cycle (lc_schedule_excess) */
+    int nframes;
+    char frames[LC_SITE_FRAMES][LC_FRAME_TEXT];
+    int npyframes;            /* Python traceback of a sample block (tracemalloc) */
+    char pyframes[LC_SITE_PYLINES][LC_FRAME_TEXT];
+} lc_site;
+
+typedef struct lc_meter_avail {
+    int known, available;
+    char how[300];
+} lc_meter_avail;
+
+enum lc_outcome {
+    LC_OUT_DONE,        /* D record */
+    LC_OUT_ERROR,       /* E record (bad input, subject raised, config refused) */
+    LC_OUT_CRASH,       /* killed by a signal or exited without D/E */
+    LC_OUT_HANG,        /* no record within the timeout: killed */
+    LC_OUT_SPAWN,       /* could not start the worker */
+};
+
+#define LC_TAIL_MAX 4096
+typedef struct lc_run {
+    /* what was asked */
+    lc_schedule sched;
+    double timeout_s;
+    int progress;       /* print a progress line on stderr */
+    /* what the worker said */
+    char version[64], abiflags[16], executable[1024], compiler[256], configs[256];
+    int debug;
+    char ignored_env[256];
+    lc_meter_avail avail[LC_NVALUES];
+    int64_t initial[LC_NVALUES];
+    int have_initial;
+    lc_cycle *cyc;
+    size_t ncyc, capcyc;
+    lc_site *sites;
+    size_t nsites, capsites;
+    char (*extensions)[2][LC_MODULE_NAME_MAX];
+    size_t nextensions, capextensions;
+    lc_cycle_id begun;  /* last B record */
+    char where_note[512];
+    char where_python[512];  /* "tracemalloc, N frames" or "unavailable...: why" */
+    /* how it ended */
+    enum lc_outcome outcome;
+    char error_kind[32];   /* lc_error_kind_name(), "" when none */
+    int error_refused;     /* the E record's refused flag */
+    char error[LC_MESSAGE_MAX];
+    int exit_status;    /* worker exit status, -1 if signalled */
+    int signal;         /* terminating signal or 0 */
+    char output_tail[LC_TAIL_MAX];   /* last bytes of the worker's stdout+stderr */
+} lc_run;
+
+/* Run q's worker (q->worker) to its end; timeout in seconds per record. */
+void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress);
+void lc_run_free(lc_run *r);
+
+/* --- meters and judgement (analyse.c) ------------------------------------ */
+typedef struct lc_meter_def {
+    const char *name;
+    int value;           /* enum lc_value */
+    int bytes;           /* a bytes meter (drives exit status 1) */
+    double resolution;
+    const char *help;
+} lc_meter_def;
+extern const lc_meter_def lc_meters[];
+#define LC_NMETERS 10
+
+typedef struct meter_result {
+    const lc_meter_def *def;
+    int available;
+    const char *how;
+    lc_judgement subject, bare, excess;
+    int have_subject, have_bare, have_excess;
+    const lc_judgement *judged;   /* what the verdict is about */
+    enum lc_verdict verdict;
+} meter_result;
+
+typedef struct analysis {
+    meter_result m[LC_NMETERS];
+    double time_subject_ms, time_bare_ms;
+    long n_subject, n_bare, rounds_judged;
+    int leak;                      /* a bytes meter judged LEAK */
+    int inconclusive;
+    int64_t obm_min, obm_max;
+    double obm_mean;
+    long obm_n;
+} analysis;
+
+void lc_analyse(const lc_run *r, analysis *a, double max_bytes);
+const meter_result *lc_meter_result(const analysis *a, int value);   /* by enum lc_value */
+
+/* --- reports ------------------------------------------------------------- */
+int lc_exit_status(const lc_run *r, const analysis *a);
+void lc_fmt_bytes(char *out, size_t n, double b, int sign);
+void lc_fmt_value(char *out, size_t n, const lc_meter_def *m, double v, int sign);
+const char *lc_verdict_mark(const meter_result *m);   /* "LEAK", "ok", "?" or "" */
+const char *lc_signal_name(int sig);
+void lc_config_description(char *out, size_t n, const interp_config *c);   /* "name: description" */
+void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analysis *a, int exit_status);
+void lc_print_error(const lc_request *q, const lc_run *r);   /* a run that ended with an E record */
+int lc_write_csv(const char *path, const lc_run *r);
+void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int exit_status);
+struct json_t;
+struct json_t *lc_python_json(const lc_request *q, const lc_run *r);
+struct json_t *lc_json_str(const char *s);
+void lc_json_print(struct json_t *o, size_t flags);   /* to stdout, a newline, then json_decref */
+
+/* --- modes ---------------------------------------------------------------- */
+int lc_demo(const lc_request *q);
+int lc_scan(const lc_request *q);
+
+/* --- finding the worker (python.c) --------------------------------------- */
+/* --python: path of a worker for that CPython (built into a cache once). */
+int lc_worker_for_python(const char *want, char *out, size_t n, char *err, size_t errn);
+int lc_default_worker(char *out, size_t n, char *err, size_t errn);
+
+#endif

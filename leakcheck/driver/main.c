@@ -1,0 +1,75 @@
+/* main.c - pyfini-leakcheck: how much does one create-and-end cycle of a
+ * CPython interpreter lose, is it a leak, and who allocated it?
+ *
+ * This process never embeds Python: it starts a worker (worker/, linked to
+ * one CPython) that runs the cycles and reports a reading of every meter
+ * after each one, so that a crash or a hang of the subject is a finding
+ * reported here, with the figures gathered until then.  The parts: see
+ * driver.h.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+/* A run that ended before its first cycle: bad input, the subject raised,
+ * the worker could not start. */
+void lc_print_error(const lc_request *q, const lc_run *r)
+{
+    fprintf(stderr, "pyfini-leakcheck: %s\n", r->error);
+    if (!strcmp(r->error_kind, "internal") && r->output_tail[0]) fprintf(stderr, "%s\n", r->output_tail);
+    if (!q->json) return;
+    json_t *o = json_object();
+    json_object_set_new(o, "tool", lc_json_str("pyfini-leakcheck"));
+    json_object_set_new(o, "verdict", lc_json_str("error"));
+    json_object_set_new(o, "error_kind", lc_json_str(r->error_kind[0] ? r->error_kind : "spawn"));
+    json_object_set_new(o, "error", lc_json_str(r->error));
+    json_object_set_new(o, "exit_status", json_integer(2));
+    lc_json_print(o, JSON_INDENT(2));
+}
+
+/* One check: the request's config and subject, judged and reported. */
+static int run_check(const lc_request *q)
+{
+    lc_run r;
+    lc_run_request(&r, q, q->timeout, isatty(2));
+    if (r.outcome == LC_OUT_ERROR || r.outcome == LC_OUT_SPAWN) {
+        lc_print_error(q, &r);
+        lc_run_free(&r);
+        return 2;
+    }
+    analysis a;
+    lc_analyse(&r, &a, q->max_bytes);
+    int status = lc_exit_status(&r, &a);
+    if (q->csv && lc_write_csv(q->csv, &r) != 0)
+        fprintf(stderr, "pyfini-leakcheck: --csv %s: %s\n", q->csv, strerror(errno));
+    if (q->json) lc_print_json(q, &r, &a, status);
+    else lc_print_report(stdout, q, &r, &a, status);
+    lc_run_free(&r);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    static lc_request q;   /* large (the worker's path): not on the stack */
+    lc_parse_args(&q, argc, argv);
+    char err[LC_MESSAGE_MAX];
+    int rc = q.python ? lc_worker_for_python(q.python, q.worker, sizeof q.worker, err, sizeof err)
+                      : lc_default_worker(q.worker, sizeof q.worker, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "pyfini-leakcheck: %s\n", err);
+        return 2;
+    }
+    if (q.csv) {
+        FILE *f = fopen(q.csv, "a");
+        if (!f) lc_usage_error("--csv %s: %s", q.csv, strerror(errno));
+        fclose(f);
+    }
+    if (q.demo) return lc_demo(&q);
+    if (q.scan) return lc_scan(&q);
+    return run_check(&q);
+}

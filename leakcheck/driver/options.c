@@ -1,0 +1,242 @@
+/* options.c - the options of pyfini-leakcheck, into one lc_request. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+void lc_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "pyfini-leakcheck: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(pyfini-leakcheck --help explains the options)\n");
+    va_end(ap);
+    exit(2);
+}
+
+/* --- --help: one function per part ---------------------------------------- */
+static void help_usage_and_configs(void)
+{
+    char names[128];
+    interp_config_list(names, sizeof names, "|");
+    printf(
+        "usage: pyfini-leakcheck [--config %s]\n"
+        "                        [--import MOD]... [--code SRC] [--file F]\n"
+        "                        [--cycles N] [--warmup W] [--no-baseline] [--python X.Y]\n"
+        "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--where]\n"
+        "                        [--timeout S] [--scan] [--demo]\n"
+        "\n"
+        "Creates and ends CPython interpreters over and over, runs the subject in each,\n"
+        "reads the meters below after every cycle, and judges per meter whether a cycle\n"
+        "loses memory: LEAK, no leak or inconclusive.  The cycles run in a worker process:\n"
+        "a crash or hang of the subject is reported, not suffered.\n"
+        "\n"
+        "The interpreter (--config, default legacy):\n", names);
+    for (int i = 0; i < INTERP_NCONFIGS; i++) {
+        char descr[256];
+        lc_config_description(descr, sizeof descr, &interp_configs[i]);
+        printf("  %s\n", descr);
+    }
+    printf("  CPython 3.11 has only legacy interpreters.\n\n");
+}
+
+static void help_subject_and_run(void)
+{
+    printf(
+        "The subject, run in each interpreter in this order (none: judge the bare cycle):\n"
+        "  --import MOD      import MOD (repeatable)\n"
+        "  --code SRC        run SRC as the __main__ module's code\n"
+        "  --file F          run the Python file F\n"
+        "\n"
+        "The run:\n"
+        "  --cycles N        judged cycles (default 100)\n"
+        "  --warmup W        cycles measured first but not judged (default 10)\n"
+        "  --no-baseline     judge the subject's cycles as they are.  By default every\n"
+        "                    subject cycle is paired with a bare cycle of the same config\n"
+        "                    and the subject's EXCESS is judged, so that what CPython itself\n"
+        "                    loses per cycle (3.12 and 3.13 do) is not blamed on the subject.\n"
+        "  --python X.Y      run on another installed CPython (X.Y, X.Y.Z, X.Yd for a debug\n"
+        "                    build, or the path of its python3.X-config); its worker is\n"
+        "                    compiled once into ~/.cache/pyfini-leakcheck\n"
+        "  --timeout S       a cycle that takes longer than S seconds is a hang (default 120)\n"
+        "\n");
+}
+
+static void help_meters_and_verdict(void)
+{
+    printf("The meters, read after every cycle (a meter that cannot work on a build says so):\n");
+    for (size_t i = 0; i < LC_NMETERS; i++) printf("  %-7s %s\n", lc_meters[i].name, lc_meters[i].help);
+    printf(
+        "  time    wall time of one create + subject + end cycle.\n"
+        "\n"
+        "The verdict, per meter, over the judged cycles: the least-squares slope of the\n"
+        "meter (per cycle) with a 99%% confidence bound (the widest of the regression's,\n"
+        "the spread between up to %d chunks of the run and, with a baseline, the spread of\n"
+        "the block pairs: judged cycles run as k subject cycles, then k bare ones, k =\n"
+        "cycles/%d up to %d).  LEAK: the whole bound lies above the\n"
+        "allowed loss and the meter grew in every chunk (as in regrtest -R, one early jump\n"
+        "is not a leak).  no leak: the bound lies below the allowed loss plus the meter's\n"
+        "resolution per chunk, or the second half of the run alone shows no growth.\n"
+        "Otherwise inconclusive (typical of RSS: page-sized steps, a wide bound).\n"
+        "  --max-bytes-per-cycle B  allowed loss per cycle for bytes meters (default 0)\n"
+        "\n", LC_CHUNKS_MAX, LC_BLOCK_DIVISOR, LC_BLOCK_MAX);
+}
+
+static void help_output(void)
+{
+    printf(
+        "Output:\n"
+        "  --json            one JSON document on stdout instead of the report\n"
+        "  --csv FILE        one row per cycle: readings and increases of every meter\n"
+        "  --where           who allocated what is still held after the judged cycles:\n"
+        "                    call stacks (libunwind, symbolised with elfutils libdw) of the\n"
+        "                    blocks allocated through Python's allocators, grouped by site,\n"
+        "                    excess bytes per cycle, top %d per domain; and for own-obmalloc\n"
+        "                    configs the obmalloc blocks still in use at each interpreter's end\n"
+        "                    (why its arenas are abandoned).  Slower: every allocation is unwound.\n"
+        "                    With each site, the Python traceback tracemalloc recorded for\n"
+        "                    one of its live blocks (CPython 3.12+; tracemalloc's own tables\n"
+        "                    are not counted, so the figures stay those of an untraced run).\n"
+        "  --scan            every extension module of the Python (lib-dynload, site-packages,\n"
+        "                    or only the --import modules given): does it import in a legacy\n"
+        "                    and an isolated interpreter, refuse, crash, hang, lose memory?\n"
+        "                    One table, worst first (--json: one document).  Few cycles per\n"
+        "                    module (default 2 + 8), one worker process each, timeout 30 s.\n"
+        "  --demo            bare legacy vs bare isolated interpreters, then --import json\n"
+        "\n"
+        "Exit status: 0 no leak, 1 a bytes meter (rss, malloc, py*) judged LEAK above\n"
+        "--max-bytes-per-cycle, 2 usage error or the subject failed, 3 the subject crashed\n"
+        "or hung.  A progress line is shown on a terminal only.\n", LC_SITES_PER_DOMAIN);
+}
+
+static void help(void)
+{
+    help_usage_and_configs();
+    help_subject_and_run();
+    help_meters_and_verdict();
+    help_output();
+}
+
+/* --- parsing ---------------------------------------------------------------- */
+static double parse_num(const char *name, const char *s, double min)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < min)
+        lc_usage_error("%s needs a number >= %g, not '%s'", name, min, s);
+    return v;
+}
+
+static long parse_int(const char *name, const char *s, long min)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min) lc_usage_error("%s needs an integer >= %ld, not '%s'", name, min, s);
+    return v;
+}
+
+enum { O_CONFIG = 1000, O_IMPORT, O_CODE, O_FILE, O_CYCLES, O_WARMUP, O_PYTHON, O_MAXB, O_JSON, O_CSV,
+       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP };
+
+static void set_config(lc_request *q, const char *name)
+{
+    char names[128];
+    interp_config_list(names, sizeof names, ", ");
+    if (!(q->config = interp_config_find(name))) lc_usage_error("unknown --config '%s' (%s)", name, names);
+}
+
+static void set_once(const char **field, const char *opt_name, const char *val)
+{
+    if (*field) lc_usage_error("%s given twice", opt_name);
+    *field = val;
+}
+
+/* The options with a value. */
+static void apply_value(lc_request *q, int c, const char *val)
+{
+    switch (c) {
+    case O_CONFIG: set_config(q, val); break;
+    case O_IMPORT:
+        if (q->nimports == LC_MAX_IMPORTS) lc_usage_error("at most %d --import options", LC_MAX_IMPORTS);
+        if (!*val) lc_usage_error("--import needs a module name");
+        q->imports[q->nimports++] = val;
+        break;
+    case O_CODE: set_once(&q->code, "--code", val); break;
+    case O_FILE: set_once(&q->file, "--file", val); break;
+    case O_CYCLES: q->cycles = parse_int("--cycles", val, 1), q->cycles_set = 1; break;
+    case O_WARMUP: q->warmup = parse_int("--warmup", val, 0), q->warmup_set = 1; break;
+    case O_PYTHON: q->python = val; break;
+    case O_MAXB: q->max_bytes = parse_num("--max-bytes-per-cycle", val, 0); break;
+    case O_CSV: q->csv = val; break;
+    case O_TIMEOUT: q->timeout = parse_num("--timeout", val, 0.1), q->timeout_set = 1; break;
+    }
+}
+
+/* One option (getopt_long's return c); flags set fields, --help and --version exit. */
+static void apply_option(lc_request *q, int c, char **argv)
+{
+    switch (c) {
+    case O_JSON: q->json = 1; break;
+    case O_WHERE: q->where = 1; break;
+    case O_SCAN: q->scan = 1; break;
+    case O_NOBASE: q->baseline = 0; break;
+    case O_DEMO: q->demo = 1; break;
+    case O_NOWRAP: q->no_wrapper = 1; break;
+    case 'h':
+    case O_HELP: help(); exit(0);
+    case O_VERSION: printf("pyfini-leakcheck %s\n", LC_VERSION); exit(0);
+    case ':': lc_usage_error("option '%s' needs a value", argv[optind - 1]);
+    default:
+        if (c >= O_CONFIG && c <= O_NOWRAP) {
+            apply_value(q, c, optarg);
+            break;
+        }
+        if (optopt >= O_CONFIG) lc_usage_error("option '%s' needs a value", argv[optind - 1]);
+        lc_usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+}
+
+/* Options that do not go together, and a --file that cannot be read. */
+static void check_request(const lc_request *q)
+{
+    if (q->file && access(q->file, R_OK) != 0) lc_usage_error("--file %s: %s", q->file, strerror(errno));
+    if (q->where && q->no_wrapper) lc_usage_error("--where needs the allocator wrapper: drop --no-allocator-wrapper");
+    if (q->scan && (q->code || q->file)) lc_usage_error("--scan imports modules: --code and --file do not apply");
+    if (q->demo && (q->scan || q->nimports || q->code || q->file))
+        lc_usage_error("--demo runs its own subjects: no --scan, --import, --code or --file");
+}
+
+void lc_parse_args(lc_request *q, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"config", required_argument, 0, O_CONFIG},   {"import", required_argument, 0, O_IMPORT},
+        {"code", required_argument, 0, O_CODE},       {"file", required_argument, 0, O_FILE},
+        {"cycles", required_argument, 0, O_CYCLES},   {"warmup", required_argument, 0, O_WARMUP},
+        {"python", required_argument, 0, O_PYTHON},   {"max-bytes-per-cycle", required_argument, 0, O_MAXB},
+        {"json", no_argument, 0, O_JSON},             {"csv", required_argument, 0, O_CSV},
+        {"where", no_argument, 0, O_WHERE},           {"scan", no_argument, 0, O_SCAN},
+        {"no-baseline", no_argument, 0, O_NOBASE},    {"timeout", required_argument, 0, O_TIMEOUT},
+        {"demo", no_argument, 0, O_DEMO},             {"help", no_argument, 0, O_HELP},
+        {"version", no_argument, 0, O_VERSION},       {"no-allocator-wrapper", no_argument, 0, O_NOWRAP},
+        {0, 0, 0, 0}};
+    memset(q, 0, sizeof *q);
+    q->config = &interp_configs[INTERP_LEGACY];
+    q->cycles = 100;
+    q->warmup = 10;
+    q->timeout = 120;
+    q->baseline = 1;
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) apply_option(q, c, argv);
+    if (optind < argc) lc_usage_error("unexpected argument '%s' (a module is given with --import)", argv[optind]);
+    check_request(q);
+}

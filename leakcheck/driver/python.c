@@ -1,0 +1,400 @@
+/* python.c - which worker runs the cycles: the one built with pyfini for
+ * the build's CPython, or, for --python X.Y, one compiled once for that
+ * CPython into a cache directory (found the way tools/find-pythons finds
+ * Pythons: pythonX.Y-config on PATH, then pyenv versions). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+extern char **environ;
+
+#ifndef LC_WORKER_PATH
+#error LC_WORKER_PATH must name the built worker
+#endif
+
+/* The worker's files below LC_SOURCE_DIR (leakcheck/) and its headers: a
+ * change in any of them builds a new worker; the .c files are compiled. */
+static const char *const worker_files[] = {
+    "worker/main.c", "worker/meters.c", "worker/subject.c", "worker/where.c", "worker/lc_alloc.c",
+    "worker/lc_meter.c", "worker/symbols.c", "shared/lc_protocol.c", "shared/lc_schedule.c",
+    "worker/worker.h", "worker/lc_alloc.h", "worker/lc_meter.h", "worker/symbols.h", "shared/lc_protocol.h",
+    "shared/lc_schedule.h", "shared/lc_util.h", "../common/interp_configs.h"};
+#define LC_NWORKER_FILES (sizeof worker_files / sizeof *worker_files)
+static const char *const worker_include_dirs[] = {"worker", "shared", "../common"};
+#define LC_MAX_CANDIDATES 64
+#define LC_COMPILER_ARGS 256
+
+/* Run argv, return its stdout (malloc'd, trailing whitespace removed) or NULL. */
+static char *capture(char *const argv[], int *status)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) return NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(p[1]);
+    if (rc != 0) {
+        close(p[0]);
+        return NULL;
+    }
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    ssize_t k;
+    while (buf && (k = read(p[0], buf + n, cap - n - 1)) > 0) {
+        n += (size_t)k;
+        if (n + 1 == cap) {
+            char *b = realloc(buf, cap * 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+    }
+    close(p[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    if (status) *status = st;
+    if (!buf) return NULL;
+    buf[n] = 0;
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) buf[--n] = 0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static char *config_query(const char *config, const char *a1, const char *a2)
+{
+    char *argv[] = {(char *)config, (char *)a1, (char *)a2, NULL};
+    return capture(argv, NULL);
+}
+
+/* Version (from patchlevel.h) and ABI flags of a python3.X-config. */
+static int config_version(const char *config, char *ver, size_t vn, char *abi, size_t an)
+{
+    char *inc = config_query(config, "--includes", NULL);
+    if (!inc) return -1;
+    char dir[PATH_MAX] = "";
+    if (sscanf(inc, "-I%4095s", dir) != 1) {
+        free(inc);
+        return -1;
+    }
+    free(inc);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/patchlevel.h", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[512];
+    int ok = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "#define PY_VERSION \"%63[^\"]\"", ver) == 1) {
+            ok = 0;
+            break;
+        }
+    fclose(f);
+    (void)vn;
+    char *a = config_query(config, "--abiflags", NULL);
+    snprintf(abi, an, "%s", a ? a : "");
+    free(a);
+    return ok;
+}
+
+/* A path to a python3.X-config: its version and ABI flags. */
+static int config_from_path(const char *want, char *out, size_t n, char *ver, char *abi, char *err, size_t errn)
+{
+    if (access(want, X_OK) != 0) {
+        snprintf(err, errn, "--python %s: not an executable python3.X-config", want);
+        return -1;
+    }
+    if (config_version(want, ver, 64, abi, 16) < 0) {
+        snprintf(err, errn, "--python %s: does not answer like a python3.X-config (no headers?)", want);
+        return -1;
+    }
+    snprintf(out, n, "%s", want);
+    return 0;
+}
+
+typedef struct wanted {
+    int major, minor, patch;   /* patch -1: any */
+    char dbg[4];               /* "d" for a debug build */
+    char name[64];             /* python3.Xd-config */
+} wanted;
+
+/* "3.12", "3.14d", "3.12.1" */
+static int parse_wanted(const char *want, wanted *w)
+{
+    int pos = 0;
+    w->patch = -1;
+    w->dbg[0] = 0;
+    if (sscanf(want, "%d.%d%n", &w->major, &w->minor, &pos) < 2) return -1;
+    if (want[pos] == '.') {
+        int p2 = 0;
+        if (sscanf(want + pos, ".%d%n", &w->patch, &p2) < 1) return -1;
+        pos += p2;
+    }
+    if (want[pos] == 'd') w->dbg[0] = 'd', w->dbg[1] = 0, pos++;
+    if (want[pos] != 0 || w->major != 3 || w->minor < 11) return -1;
+    snprintf(w->name, sizeof w->name, "python%d.%d%s-config", w->major, w->minor, w->dbg);
+    return 0;
+}
+
+/* Executables called name on PATH, then in pyenv's versions. */
+static int candidates(const char *name, char cands[][PATH_MAX], int max)
+{
+    int nc = 0;
+    const char *path = getenv("PATH");
+    char *pcopy = strdup(path ? path : "/usr/bin:/bin");
+    for (char *save = NULL, *d = strtok_r(pcopy, ":", &save); d && nc < max; d = strtok_r(NULL, ":", &save)) {
+        snprintf(cands[nc], PATH_MAX, "%s/%s", d, name);
+        if (access(cands[nc], X_OK) == 0) nc++;
+    }
+    free(pcopy);
+    const char *pyenv = getenv("PYENV_ROOT");
+    const char *home = getenv("HOME");
+    char pat[PATH_MAX];
+    if (pyenv) snprintf(pat, sizeof pat, "%s/versions/*/bin/%s", pyenv, name);
+    else snprintf(pat, sizeof pat, "%s/.pyenv/versions/*/bin/%s", home ? home : "/root", name);
+    glob_t g;
+    if (glob(pat, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc && nc < max; i++) snprintf(cands[nc++], PATH_MAX, "%s", g.gl_pathv[i]);
+        globfree(&g);
+    }
+    return nc;
+}
+
+/* want: "3.12", "3.14d", "3.12.1", or a path to a python3.X-config. */
+static int find_config(const char *want, char *out, size_t n, char *ver, char *abi, char *err, size_t errn)
+{
+    if (strchr(want, '/')) return config_from_path(want, out, n, ver, abi, err, errn);
+    wanted w;
+    if (parse_wanted(want, &w) < 0) {
+        snprintf(err, errn, "--python '%s': expected X.Y, X.Y.Z, X.Yd (debug build) or a path to python3.X-config",
+                 want);
+        return -1;
+    }
+    static char cands[LC_MAX_CANDIDATES][PATH_MAX];
+    int nc = candidates(w.name, cands, LC_MAX_CANDIDATES);
+    char seen_versions[1024] = "", exact[32];
+    snprintf(exact, sizeof exact, "%d.%d.%d", w.major, w.minor, w.patch);
+    for (int i = 0; i < nc; i++) {
+        char v[64] = "", a[16] = "";
+        if (config_version(cands[i], v, sizeof v, a, sizeof a) < 0) continue;
+        size_t l = strlen(seen_versions);
+        snprintf(seen_versions + l, sizeof seen_versions - l, "%s%s%s", l ? ", " : "", v, a);
+        if (strcmp(a, w.dbg) != 0 || (w.patch >= 0 && strcmp(v, exact) != 0)) continue;
+        char *real = realpath(cands[i], NULL);
+        int k = snprintf(out, n, "%s", real ? real : cands[i]);
+        free(real);
+        if (k < 0 || (size_t)k >= n) continue;   /* path too long for out */
+        strcpy(ver, v);
+        strcpy(abi, a);
+        return 0;
+    }
+    if (seen_versions[0])
+        snprintf(err, errn, "--python %s: no such CPython found (found %s via %s)", want, seen_versions, w.name);
+    else
+        snprintf(err, errn, "--python %s: no %s on PATH or in pyenv (install python%d.%d%s-dev, or pass the path "
+                 "of a python3.X-config)", want, w.name, w.major, w.minor, w.dbg[0] ? "-dbg" : "");
+    return -1;
+}
+
+static int mkdirs(const char *dir)
+{
+    char tmp[PATH_MAX];
+    lc_scopy(tmp, sizeof tmp, dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) < 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return (mkdir(tmp, 0755) < 0 && errno != EEXIST) ? -1 : 0;
+}
+
+/* split a config script's output on blanks into argv (appending) */
+static void split_into(char **argv, int *argc, int max, char *s)
+{
+    for (char *save = NULL, *t = strtok_r(s, " \t\n", &save); t && *argc < max - 1; t = strtok_r(NULL, " \t\n", &save))
+        argv[(*argc)++] = t;
+}
+
+/* The compiler's command line; its strings live in cc (and in inc, ld). */
+typedef struct compile_strings {
+    char exe_def[PATH_MAX + 64], out_tmp[PATH_MAX + 16];
+    char incdirs[3][PATH_MAX + 4], srcs[LC_NWORKER_FILES][PATH_MAX], rpaths[16][PATH_MAX + 16];
+    char libs[sizeof LC_WORKER_LIBS];
+} compile_strings;
+
+static void compiler_argv(char **argv, compile_strings *cc, char *inc, char *ld)
+{
+    int argc = 0;
+    argv[argc++] = (char *)LC_C_COMPILER;
+    argv[argc++] = "-std=c11";
+    argv[argc++] = "-O2";
+    argv[argc++] = "-g";
+    argv[argc++] = cc->exe_def;
+    for (int i = 0; i < 3; i++) {
+        snprintf(cc->incdirs[i], sizeof cc->incdirs[i], "-I%s/%s", LC_SOURCE_DIR, worker_include_dirs[i]);
+        argv[argc++] = cc->incdirs[i];
+    }
+    split_into(argv, &argc, LC_COMPILER_ARGS - 56, inc);
+    for (size_t i = 0; i < LC_NWORKER_FILES; i++) {
+        size_t l = strlen(worker_files[i]);
+        if (l < 2 || strcmp(worker_files[i] + l - 2, ".c")) continue;
+        snprintf(cc->srcs[i], PATH_MAX, "%s/%s", LC_SOURCE_DIR, worker_files[i]);
+        argv[argc++] = cc->srcs[i];
+    }
+    argv[argc++] = "-o";
+    argv[argc++] = cc->out_tmp;
+    int ld_start = argc;
+    split_into(argv, &argc, LC_COMPILER_ARGS - 36, ld);
+    int nr = 0;
+    for (int i = ld_start, end = argc; i < end && nr < 16; i++)
+        if (!strncmp(argv[i], "-L", 2)) {
+            snprintf(cc->rpaths[nr], sizeof cc->rpaths[nr], "-Wl,-rpath,%s", argv[i] + 2);
+            argv[argc++] = cc->rpaths[nr++];
+        }
+    memcpy(cc->libs, LC_WORKER_LIBS, sizeof cc->libs);
+    split_into(argv, &argc, LC_COMPILER_ARGS - 6, cc->libs);
+    argv[argc] = NULL;
+}
+
+/* Run argv with its output into log; 0 when it exited 0, else the spawn error or -1. */
+static int run_logged(char **argv, const char *log)
+{
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (fd >= 0) {
+        posix_spawn_file_actions_adddup2(&fa, fd, 1);
+        posix_spawn_file_actions_adddup2(&fa, fd, 2);
+    }
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (fd >= 0) close(fd);
+    if (rc != 0) return rc;
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static int build_worker(const char *config, const char *ver, const char *abi, const char *exe_path,
+                        char *err, size_t errn)
+{
+    char dir[PATH_MAX];
+    lc_scopy(dir, sizeof dir, exe_path);
+    *strrchr(dir, '/') = 0;
+    if (mkdirs(dir) < 0) {
+        snprintf(err, errn, "cannot create %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    char *inc = config_query(config, "--includes", NULL);
+    char *ld = config_query(config, "--ldflags", "--embed");
+    char *eprefix = config_query(config, "--exec-prefix", NULL);
+    if (!inc || !ld || !eprefix) {
+        snprintf(err, errn, "%s does not answer --includes/--ldflags --embed", config);
+        free(inc), free(ld), free(eprefix);
+        return -1;
+    }
+    int major = 0, minor = 0;
+    sscanf(ver, "%d.%d", &major, &minor);
+    static compile_strings cc;
+    snprintf(cc.exe_def, sizeof cc.exe_def, "-DLC_PYTHON_EXECUTABLE=\"%s/bin/python%d.%d%s\"", eprefix, major, minor,
+             abi);
+    snprintf(cc.out_tmp, sizeof cc.out_tmp, "%s.tmp%d", exe_path, (int)getpid());
+    char *argv[LC_COMPILER_ARGS];
+    compiler_argv(argv, &cc, inc, ld);
+    char log[PATH_MAX + 8];
+    snprintf(log, sizeof log, "%s.log", exe_path);
+    fprintf(stderr, "pyfini-leakcheck: building the worker for CPython %s%s (once) in %s\n", ver, abi, dir);
+    int rc = run_logged(argv, log);
+    free(inc), free(ld), free(eprefix);
+    if (rc != 0) {
+        snprintf(err, errn, "building the worker for CPython %s%s failed (%s); see %s", ver, abi,
+                 rc > 0 ? strerror(rc) : "compiler error", log);
+        unlink(cc.out_tmp);
+        return -1;
+    }
+    if (rename(cc.out_tmp, exe_path) < 0) {
+        snprintf(err, errn, "rename %s: %s", cc.out_tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int lc_default_worker(char *out, size_t n, char *err, size_t errn)
+{
+    if (access(LC_WORKER_PATH, X_OK) == 0) {
+        snprintf(out, n, "%s", LC_WORKER_PATH);
+        return 0;
+    }
+    snprintf(err, errn, "the worker %s is missing: rebuild pyfini (cmake --build build)", LC_WORKER_PATH);
+    return -1;
+}
+
+/* The cache key of a worker: the config, the tool's version, its files. */
+static int worker_key(const char *want, const char *config, const char *ver, const char *abi, uint64_t *key,
+                      char *err, size_t errn)
+{
+    uint64_t h = lc_fnv(LC_FNV_OFFSET, config, strlen(config));
+    h = lc_fnv(h, LC_VERSION, strlen(LC_VERSION));
+    for (size_t i = 0; i < LC_NWORKER_FILES; i++) {
+        char p[PATH_MAX];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", LC_SOURCE_DIR, worker_files[i]);
+        if (stat(p, &st) < 0) {
+            snprintf(err, errn, "--python %s: the worker's source %s is gone, so no worker can be built for "
+                     "CPython %s%s (build pyfini with -DPYFINI_PYTHON_CONFIG=%s instead)", want, p, ver, abi, config);
+            return -1;
+        }
+        h = lc_fnv(h, &st.st_mtim, sizeof st.st_mtim);
+        h = lc_fnv(h, &st.st_size, sizeof st.st_size);
+    }
+    *key = h;
+    return 0;
+}
+
+int lc_worker_for_python(const char *want, char *out, size_t n, char *err, size_t errn)
+{
+    char config[PATH_MAX], ver[64] = "", abi[16] = "";
+    if (find_config(want, config, sizeof config, ver, abi, err, errn) < 0) return -1;
+    char *a = realpath(config, NULL), *b = realpath(LC_BUILD_PYTHON_CONFIG, NULL);
+    int same = a && b && strcmp(a, b) == 0;
+    free(a);
+    free(b);
+    if (same) return lc_default_worker(out, n, err, errn);
+    uint64_t h;
+    if (worker_key(want, config, ver, abi, &h, err, errn) < 0) return -1;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char base[PATH_MAX];
+    if (xdg && *xdg) snprintf(base, sizeof base, "%s/pyfini-leakcheck", xdg);
+    else snprintf(base, sizeof base, "%s/.cache/pyfini-leakcheck", home && *home ? home : "/tmp");
+    int k = snprintf(out, n, "%s/%s%s-%016llx/pyfini-leakcheck-worker", base, ver, abi, (unsigned long long)h);
+    if (k < 0 || (size_t)k >= n) {
+        snprintf(err, errn, "cache path too long");
+        return -1;
+    }
+    if (access(out, X_OK) == 0) return 0;
+    return build_worker(config, ver, abi, out, err, errn);
+}

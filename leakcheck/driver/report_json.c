@@ -1,0 +1,196 @@
+/* report_json.c - --json: the report of one check as one JSON document. */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+
+/* A JSON string of text that may not be UTF-8 (file names, a crashed
+ * worker's output): jansson refuses invalid UTF-8, so such bytes become '?'. */
+json_t *lc_json_str(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j || !s) return j;
+    char *c = strdup(s);
+    if (!c) return json_null();
+    for (unsigned char *p = (unsigned char *)c; *p; p++)
+        if (*p >= 0x80) *p = '?';
+    j = json_string(c);
+    free(c);
+    return j ? j : json_null();
+}
+
+void lc_json_print(json_t *o, size_t flags)
+{
+    json_dumpf(o, stdout, flags);
+    printf("\n");
+    json_decref(o);
+}
+
+static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static void set(json_t *o, const char *key, json_t *v) { json_object_set_new(o, key, v); }
+
+static json_t *judgement_json(const lc_judgement *j)
+{
+    json_t *o = json_object();
+    set(o, "n", json_integer((json_int_t)j->n));
+    set(o, "per_cycle", jnum(j->slope));
+    set(o, "bound", jnum(j->bound));
+    set(o, "lower", jnum(j->slope - j->bound));
+    set(o, "upper", jnum(j->slope + j->bound));
+    set(o, "mean", jnum(j->mean));
+    set(o, "floor", jnum(j->floor));
+    json_t *ch = json_array();
+    for (int c = 0; c < j->nchunks; c++) json_array_append_new(ch, jnum(j->chunk_growth[c]));
+    set(o, "chunk_growth", ch);
+    set(o, "late_per_cycle", jnum(j->late_slope));
+    set(o, "late_bound", jnum(j->late_bound));
+    set(o, "verdict", lc_json_str(lc_verdict_name(j->verdict)));
+    return o;
+}
+
+json_t *lc_python_json(const lc_request *q, const lc_run *r)
+{
+    json_t *py = json_object();
+    set(py, "version", lc_json_str(r->version));
+    set(py, "abiflags", lc_json_str(r->abiflags));
+    set(py, "debug", json_boolean(r->debug));
+    set(py, "executable", lc_json_str(r->executable));
+    set(py, "compiler", lc_json_str(r->compiler));
+    json_t *cf = json_array();
+    char tmp[256];
+    lc_scopy(tmp, sizeof tmp, r->configs);
+    for (char *save = NULL, *t = strtok_r(tmp, " ", &save); t; t = strtok_r(NULL, " ", &save))
+        json_array_append_new(cf, lc_json_str(t));
+    set(py, "configs", cf);
+    set(py, "worker", lc_json_str(q->worker));
+    return py;
+}
+
+static json_t *crash_json(const lc_run *r)
+{
+    json_t *c = json_object();
+    set(c, "kind", lc_json_str(r->outcome == LC_OUT_HANG ? "hang" : "crash"));
+    set(c, "signal", r->signal ? json_integer(r->signal) : json_null());
+    set(c, "signal_name", r->signal ? lc_json_str(lc_signal_name(r->signal)) : json_null());
+    set(c, "exit_status", r->exit_status >= 0 ? json_integer(r->exit_status) : json_null());
+    set(c, "cycle", json_integer(r->begun.seq));
+    set(c, "cycle_kind", lc_json_str(r->begun.kind == 'S' ? "subject" : "bare"));
+    set(c, "round", json_integer(r->begun.seq ? r->begun.round + 1 : 0));
+    set(c, "phase", lc_json_str(r->begun.judged ? "judged" : "warmup"));
+    set(c, "cycles_finished", json_integer((json_int_t)r->ncyc));
+    set(c, "output_tail", lc_json_str(r->output_tail));
+    return c;
+}
+
+static json_t *meter_json(const meter_result *m)
+{
+    json_t *mj = json_object();
+    set(mj, "available", json_boolean(m->available));
+    set(mj, "how", lc_json_str(m->how ? m->how : ""));
+    set(mj, "bytes_meter", json_boolean(m->def->bytes));
+    set(mj, "resolution", json_real(m->def->resolution));
+    if (m->available && m->judged) {
+        if (m->have_subject) set(mj, "subject", judgement_json(&m->subject));
+        if (m->have_bare) set(mj, "bare", judgement_json(&m->bare));
+        if (m->have_excess) set(mj, "excess", judgement_json(&m->excess));
+        set(mj, "judged", lc_json_str(m->have_excess ? "excess" : (m->have_subject ? "subject" : "bare")));
+        set(mj, "verdict", lc_json_str(lc_verdict_name(m->verdict)));
+    } else {
+        set(mj, "verdict", lc_json_str(m->available ? "no judged cycle" : "unavailable"));
+    }
+    return mj;
+}
+
+static json_t *strings_json(const char *const *s, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, lc_json_str(s[i]));
+    return a;
+}
+
+static json_t *site_json(const lc_site *s)
+{
+    json_t *sj = json_object(), *fr = json_array(), *pf = json_array();
+    set(sj, "domain", lc_json_str(s->domain));
+    set(sj, "bytes_per_cycle", json_real(s->bytes_per_cycle));
+    set(sj, "blocks_per_cycle", json_real(s->blocks_per_cycle));
+    set(sj, "subject_bytes_held", json_integer(s->bytes[0]));
+    set(sj, "bare_bytes_held", json_integer(s->bytes[1]));
+    for (int k = 0; k < s->nframes; k++) json_array_append_new(fr, lc_json_str(s->frames[k]));
+    set(sj, "frames", fr);
+    for (int k = 0; k < s->npyframes; k++) json_array_append_new(pf, lc_json_str(s->pyframes[k]));
+    set(sj, "python_frames", pf);
+    return sj;
+}
+
+/* What was asked: the config, the subject, the run. */
+static void request_json(json_t *o, const lc_request *q)
+{
+    char descr[256];
+    lc_config_description(descr, sizeof descr, q->config);
+    set(o, "config", lc_json_str(q->config->name));
+    set(o, "config_description", lc_json_str(descr));
+    json_t *subj = json_object();
+    set(subj, "imports", strings_json(q->imports, (size_t)q->nimports));
+    set(subj, "code", q->code ? lc_json_str(q->code) : json_null());
+    set(subj, "file", q->file ? lc_json_str(q->file) : json_null());
+    set(o, "subject", subj);
+    set(o, "baseline", json_boolean(lc_paired(q)));
+    set(o, "judged", lc_json_str(lc_paired(q) ? "excess" : "raw"));
+    set(o, "warmup", json_integer(q->warmup));
+    set(o, "cycles", json_integer(q->cycles));
+    set(o, "max_bytes_per_cycle", json_real(q->max_bytes));
+}
+
+/* What was found: times, meters, obmalloc blocks, --where sites. */
+static void findings_json(json_t *o, const lc_request *q, const lc_run *r, const analysis *a)
+{
+    json_t *t = json_object();
+    set(t, "subject_ms", a->n_subject ? jnum(a->time_subject_ms) : json_null());
+    set(t, "bare_ms", a->n_bare ? jnum(a->time_bare_ms) : json_null());
+    set(o, "time_per_cycle", t);
+    json_t *ms = json_object();
+    for (size_t i = 0; i < LC_NMETERS; i++) set(ms, a->m[i].def->name, meter_json(&a->m[i]));
+    set(o, "meters", ms);
+    if (a->obm_n) {
+        json_t *ob = json_object();
+        set(ob, "min", json_integer(a->obm_min));
+        set(ob, "max", json_integer(a->obm_max));
+        set(ob, "mean", json_real(a->obm_mean));
+        set(ob, "cycles", json_integer(a->obm_n));
+        set(o, "obmalloc_blocks_at_end", ob);
+    }
+    if (q->where && r->outcome == LC_OUT_DONE) {
+        json_t *w = json_array();
+        for (size_t i = 0; i < r->nsites; i++) json_array_append_new(w, site_json(&r->sites[i]));
+        set(o, "where", w);
+        set(o, "where_python", lc_json_str(r->where_python));
+    }
+}
+
+void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int exit_status)
+{
+    json_t *o = json_object();
+    set(o, "tool", lc_json_str("pyfini-leakcheck"));
+    set(o, "tool_version", lc_json_str(LC_VERSION));
+    set(o, "python", lc_python_json(q, r));
+    request_json(o, q);
+    findings_json(o, q, r, a);
+    const char *verdict = "no leak";
+    if (r->outcome == LC_OUT_CRASH) verdict = "crash";
+    else if (r->outcome == LC_OUT_HANG) verdict = "hang";
+    else if (a->leak) verdict = "LEAK";
+    set(o, "verdict", lc_json_str(verdict));
+    json_t *lm = json_array();
+    for (size_t i = 0; i < LC_NMETERS; i++)
+        if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, lc_json_str(a->m[i].def->name));
+    set(o, "leaking_meters", lm);
+    set(o, "crash", (r->outcome == LC_OUT_CRASH || r->outcome == LC_OUT_HANG) ? crash_json(r) : json_null());
+    set(o, "cycles_finished", json_integer((json_int_t)r->ncyc));
+    set(o, "exit_status", json_integer(exit_status));
+    lc_json_print(o, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+}

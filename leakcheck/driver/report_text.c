@@ -1,0 +1,244 @@
+/* report_text.c - the report of one check, as text. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "driver.h"
+
+#define LC_CRASH_CYCLES 6        /* last finished cycles shown after a crash */
+#define LC_CRASH_OUTPUT_LINES 15 /* last lines of the worker's output shown */
+
+void lc_fmt_bytes(char *out, size_t n, double b, int sign)
+{
+    const char *s = sign ? (b > 0 ? "+" : (b < 0 ? "-" : "")) : (b < 0 ? "-" : "");
+    double a = fabs(b);
+    if (!isfinite(b)) snprintf(out, n, "?");
+    else if (a < 9.95 && a != floor(a)) snprintf(out, n, "%s%.1f B", s, a);
+    else if (a < 999.5) snprintf(out, n, "%s%.0f B", s, a);
+    else if (a < 999.5e3) snprintf(out, n, "%s%.1f kB", s, a / 1e3);
+    else if (a < 999.5e6) snprintf(out, n, "%s%.2f MB", s, a / 1e6);
+    else snprintf(out, n, "%s%.2f GB", s, a / 1e9);
+}
+
+void lc_fmt_value(char *out, size_t n, const lc_meter_def *m, double v, int sign)
+{
+    if (m->bytes) lc_fmt_bytes(out, n, v, sign);
+    else if (!isfinite(v)) snprintf(out, n, "?");
+    else if (fabs(v) < 9.95 && v != floor(v)) snprintf(out, n, sign ? "%+.1f" : "%.1f", v);
+    else snprintf(out, n, sign ? "%+.0f" : "%.0f", v);
+}
+
+const char *lc_verdict_mark(const meter_result *m)
+{
+    if (!m->available || !m->judged) return "";
+    return m->verdict == LC_LEAK ? "LEAK" : (m->verdict == LC_NO_LEAK ? "ok" : "?");
+}
+
+const char *lc_signal_name(int sig)
+{
+    const char *d = sigdescr_np(sig);
+    return d ? d : "unknown signal";
+}
+
+void lc_config_description(char *out, size_t n, const interp_config *c)
+{
+    snprintf(out, n, "%s: %s", c->name, c->description);
+}
+
+static void print_subject(FILE *f, const lc_request *q)
+{
+    if (!lc_has_subject(q)) {
+        fprintf(f, "(none: the bare cycle itself is judged)");
+        return;
+    }
+    const char *sep = "";
+    for (int i = 0; i < q->nimports; i++) fprintf(f, "%s--import %s", sep, q->imports[i]), sep = " ";
+    if (q->code) fprintf(f, "%s--code '%s'", sep, q->code), sep = " ";
+    if (q->file) fprintf(f, "%s--file %s", sep, q->file);
+}
+
+static void print_meter_row(FILE *f, const meter_result *m, int paired)
+{
+    if (!m->available) {
+        fprintf(f, "%-8s unavailable: %s\n", m->def->name, m->how && *m->how ? m->how : "not reported by the worker");
+        return;
+    }
+    char s[32] = "", b[32] = "", j[32] = "", bd[32] = "", col[64];
+    if (m->have_subject) lc_fmt_value(s, sizeof s, m->def, m->subject.slope, 1);
+    if (m->have_bare) lc_fmt_value(b, sizeof b, m->def, m->bare.slope, 1);
+    if (!m->judged) {
+        fprintf(f, "%-8s (no judged cycle)\n", m->def->name);
+        return;
+    }
+    lc_fmt_value(j, sizeof j, m->def, m->judged->slope, 1);
+    lc_fmt_value(bd, sizeof bd, m->def, m->judged->bound, 0);
+    snprintf(col, sizeof col, "%s ± %s", j, bd);
+    if (paired) fprintf(f, "%-8s %14s %14s   %-28s %s\n", m->def->name, s, b, col, lc_verdict_name(m->verdict));
+    else fprintf(f, "%-8s   %-28s %s\n", m->def->name, col, lc_verdict_name(m->verdict));
+}
+
+static void print_meter_table(FILE *f, const analysis *a, int paired)
+{
+    if (paired)
+        fprintf(f, "%-8s %14s %14s   %-28s %s\n", "meter", "subject/cycle", "bare/cycle", "excess/cycle ± 99% bound",
+                "verdict");
+    else
+        fprintf(f, "%-8s   %-28s %s\n", "meter", "per cycle ± 99% bound", "verdict");
+    for (size_t i = 0; i < LC_NMETERS; i++) print_meter_row(f, &a->m[i], paired);
+}
+
+static void print_site(FILE *f, size_t rank, const lc_site *s)
+{
+    char bb[32];
+    lc_fmt_bytes(bb, sizeof bb, s->bytes_per_cycle, 1);
+    fprintf(f, "  #%zu %s/cycle in %.2f blocks/cycle, domain %s\n", rank, bb, s->blocks_per_cycle, s->domain);
+    for (int k = 0; k < s->nframes; k++) fprintf(f, "       %s %s\n", k ? "  " : "at", s->frames[k]);
+    if (s->npyframes) fprintf(f, "       Python (tracemalloc, innermost first):\n");
+    for (int k = 0; k < s->npyframes; k++) fprintf(f, "          %s\n", s->pyframes[k]);
+}
+
+static void print_where(FILE *f, const lc_run *r, const analysis *a)
+{
+    if (a->obm_n)
+        fprintf(f, "\nobmalloc blocks still in use when each interpreter ended (judged cycles): "
+                   "min %lld, mean %.1f, max %lld%s\n",
+                (long long)a->obm_min, a->obm_mean, (long long)a->obm_max,
+                a->obm_max > 0 ? "\n  (an own-obmalloc interpreter whose blocks are not all freed abandons its arenas)"
+                               : "\n  (none: the interpreter's arenas can be freed)");
+    int nb = a->n_subject && a->n_bare;
+    fprintf(f, "\nwhere: allocating call stacks of the bytes still held after the judged cycles,\n"
+               "excess bytes per cycle%s, top %d per domain\n",
+            nb ? " (subject cycles' minus bare cycles')" : "", LC_SITES_PER_DOMAIN);
+    if (r->where_note[0]) fprintf(f, "  (symbols unavailable: %s)\n", r->where_note);
+    if (!r->nsites) {
+        fprintf(f, "  nothing: no block allocated through Python's allocators during a judged cycle is still held%s\n",
+                nb ? " beyond the bare cycles'" : "");
+        return;
+    }
+    for (size_t i = 0; i < r->nsites; i++) print_site(f, i + 1, &r->sites[i]);
+    fprintf(f, "  (plain malloc() calls are not attributed: see the malloc meter)\n");
+    if (!strncmp(r->where_python, "unavailable", strlen("unavailable")))
+        fprintf(f, "  (Python lines %s)\n", r->where_python);
+}
+
+static void print_last_cycles(FILE *f, const lc_run *r)
+{
+    static const int vals[4] = {LC_V_RSS, LC_V_MALLOC, LC_V_PY, LC_V_BLOCKS};
+    fprintf(f, "last cycles finished (increase of each meter over the cycle):\n");
+    fprintf(f, "  %6s %-8s %10s %12s %12s %12s %10s\n", "cycle", "kind", "ms", "rss", "malloc", "py", "blocks");
+    for (size_t i = r->ncyc > LC_CRASH_CYCLES ? r->ncyc - LC_CRASH_CYCLES : 0; i < r->ncyc; i++) {
+        const lc_cycle *c = &r->cyc[i];
+        char cols[4][32];
+        for (int k = 0; k < 4; k++) {
+            int64_t prev = i ? r->cyc[i - 1].v[vals[k]] : r->initial[vals[k]];
+            if (c->v[vals[k]] < 0 || prev < 0) lc_scopy(cols[k], sizeof cols[k], "n/a");
+            else if (vals[k] == LC_V_BLOCKS) snprintf(cols[k], sizeof cols[k], "%+lld", (long long)(c->v[vals[k]] - prev));
+            else lc_fmt_bytes(cols[k], sizeof cols[k], (double)(c->v[vals[k]] - prev), 1);
+        }
+        fprintf(f, "  %6ld %-8s %10.2f %12s %12s %12s %10s\n", c->id.seq, c->id.kind == 'S' ? "subject" : "bare",
+                (double)c->v[LC_V_TIME_NS] / 1e6, cols[0], cols[1], cols[2], cols[3]);
+    }
+}
+
+static void print_output_tail(FILE *f, const char *p)
+{
+    fprintf(f, "last output of the worker:\n");
+    int lines = 0;
+    for (const char *q = p; *q; q++) lines += *q == '\n';
+    for (; *p && lines > LC_CRASH_OUTPUT_LINES; p++)
+        if (*p == '\n') lines--;
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        int len = e ? (int)(e - p) : (int)strlen(p);
+        fprintf(f, "  | %.*s\n", len, p);
+        p += len + (e != NULL);
+    }
+}
+
+static void print_crash(FILE *f, const lc_run *r)
+{
+    const char *what = r->begun.kind == 'S' ? "a subject cycle" : "a bare cycle";
+    long round = r->begun.round;
+    const char *phase = r->begun.judged ? "judged" : "warm-up";
+    if (r->outcome == LC_OUT_HANG)
+        fprintf(f, "HANG: cycle %ld (%s, round %ld, %s) did not finish within %g s: the worker was killed\n",
+                r->begun.seq, what, round + 1, phase, r->timeout_s);
+    else if (r->signal)
+        fprintf(f, "CRASH: the worker was killed by signal %d (%s) in cycle %ld (%s, round %ld, %s)\n", r->signal,
+                lc_signal_name(r->signal), r->begun.seq, what, round + 1, phase);
+    else
+        fprintf(f, "CRASH: the worker exited with status %d without finishing, in cycle %ld (%s, round %ld, %s)\n",
+                r->exit_status, r->begun.seq, what, round + 1, phase);
+    if (!r->begun.seq) fprintf(f, "  (before the first cycle began: while starting CPython)\n");
+    if (r->ncyc) print_last_cycles(f, r);
+    if (r->output_tail[0]) print_output_tail(f, r->output_tail);
+}
+
+/* The head of the report: the Python, the config, the subject, the run. */
+static void print_header(FILE *f, const lc_request *q, const lc_run *r, const analysis *a)
+{
+    char descr[256];
+    lc_config_description(descr, sizeof descr, q->config);
+    fprintf(f, "pyfini-leakcheck: CPython %s%s (%s build) %s\n", r->version, r->abiflags, r->debug ? "debug" : "release",
+            r->executable);
+    fprintf(f, "config   %s\n", descr);
+    fprintf(f, "subject  ");
+    print_subject(f, q);
+    fprintf(f, "\n");
+    if (lc_paired(q))
+        fprintf(f, "cycles   %ld warm-up + %ld judged rounds; a round = 1 subject + 1 bare cycle (judged: blocks of %ld\n"
+                   "         subject cycles, then %ld bare ones); judged is the subject's excess over the bare cycle\n",
+                q->warmup, q->cycles, r->sched.block, r->sched.block);
+    else
+        fprintf(f, "cycles   %ld warm-up + %ld judged %s\n", q->warmup, q->cycles,
+                lc_has_subject(q) ? "subject cycles (--no-baseline: raw figures judged)" : "bare cycles");
+    if (r->ignored_env[0]) fprintf(f, "note     ignored from the environment: %s\n", r->ignored_env);
+    if (a->n_subject || a->n_bare) {
+        fprintf(f, "time     ");
+        if (a->n_subject) fprintf(f, "subject %.2f ms/cycle", a->time_subject_ms);
+        if (a->n_subject && a->n_bare) fprintf(f, ", ");
+        if (a->n_bare) fprintf(f, "bare %.2f ms/cycle", a->time_bare_ms);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "\n");
+}
+
+static void print_verdict(FILE *f, const analysis *a, int paired)
+{
+    fprintf(f, "verdict: ");
+    if (!a->leak) {
+        fprintf(f, "no leak%s\n", a->inconclusive ? " (some meters inconclusive: see above)" : "");
+        return;
+    }
+    fprintf(f, "LEAK:");
+    const char *sep = " ";
+    for (size_t i = 0; i < LC_NMETERS; i++) {
+        const meter_result *m = &a->m[i];
+        if (m->verdict != LC_LEAK || !m->def->bytes) continue;
+        char b[32];
+        lc_fmt_value(b, sizeof b, m->def, m->judged->slope, 1);
+        fprintf(f, "%s%s %s/cycle", sep, m->def->name, b);
+        sep = ", ";
+    }
+    fprintf(f, "%s\n", paired ? " beyond the bare cycle" : "");
+}
+
+void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analysis *a, int exit_status)
+{
+    print_header(f, q, r, a);
+    if (a->rounds_judged) print_meter_table(f, a, lc_paired(q));
+    else fprintf(f, "(no judged cycle finished)\n");
+    if (q->where && r->outcome == LC_OUT_DONE) print_where(f, r, a);
+    fprintf(f, "\n");
+    if (r->outcome == LC_OUT_CRASH || r->outcome == LC_OUT_HANG) {
+        print_crash(f, r);
+        fprintf(f, "subject: ");
+        print_subject(f, q);
+        fprintf(f, ", config %s, CPython %s%s; figures above: %zu cycles finished\n", q->config->name, r->version,
+                r->abiflags, r->ncyc);
+    } else {
+        print_verdict(f, a, lc_paired(q));
+    }
+    fprintf(f, "exit status %d\n", exit_status);
+}

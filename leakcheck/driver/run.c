@@ -1,0 +1,350 @@
+/* run.c - start a worker for a request and gather its records (see
+ * shared/lc_protocol.h) into an lc_run. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+extern char **environ;
+
+#define LC_WORKER_ARGS (2 * LC_MAX_IMPORTS + 24)
+#define LC_LATE_OUTPUT_S 2   /* output read after the records end (a grandchild may hold the pipe) */
+#define LC_READ_CHUNK 65536
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *grow(void *p, size_t *cap, size_t need, size_t elsize)
+{
+    if (need <= *cap) return p;
+    size_t c = *cap ? *cap * 2 : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(p, c * elsize);
+    if (!q) {
+        fprintf(stderr, "pyfini-leakcheck: out of memory\n");
+        exit(3);
+    }
+    *cap = c;
+    return q;
+}
+
+/* --- records -> lc_run ----------------------------------------------------- */
+static void progress(lc_run *r)
+{
+    if (!r->progress || r->ncyc == 0) return;
+    const lc_cycle *c = &r->cyc[r->ncyc - 1];
+    long total = r->sched.warmup + r->sched.cycles;
+    fprintf(stderr, "\r\033[K[pyfini-leakcheck] round %ld/%ld%s  %s cycle %.1f ms", c->id.round + 1, total,
+            c->id.judged ? "" : " (warm-up)", c->id.kind == 'S' ? "subject" : "bare",
+            (double)c->v[LC_V_TIME_NS] / 1e6);
+    fflush(stderr);
+}
+
+static void take_info(lc_run *r, const char *key, const char *val)
+{
+    static const struct { const char *key; size_t off, size; } fields[] = {
+        {"version", offsetof(lc_run, version), sizeof((lc_run *)0)->version},
+        {"abiflags", offsetof(lc_run, abiflags), sizeof((lc_run *)0)->abiflags},
+        {"executable", offsetof(lc_run, executable), sizeof((lc_run *)0)->executable},
+        {"compiler", offsetof(lc_run, compiler), sizeof((lc_run *)0)->compiler},
+        {"configs", offsetof(lc_run, configs), sizeof((lc_run *)0)->configs},
+        {"where_symbols", offsetof(lc_run, where_note), sizeof((lc_run *)0)->where_note},
+        {"where_python", offsetof(lc_run, where_python), sizeof((lc_run *)0)->where_python},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        if (!strcmp(key, fields[i].key)) lc_scopy((char *)r + fields[i].off, fields[i].size, val);
+    if (!strcmp(key, "debug")) r->debug = atoi(val);
+    if (!strcmp(key, "ignored_environment")) {
+        size_t l = strlen(r->ignored_env);
+        snprintf(r->ignored_env + l, sizeof r->ignored_env - l, "%s%s", l ? " " : "", val);
+    }
+}
+
+/* An A record names a meter; "py" stands for all five py* values. */
+static void take_avail(lc_run *r, const char *name, int available, const char *how)
+{
+    static const struct { const char *name; int first, last; } map[] = {
+        {"rss", LC_V_RSS, LC_V_RSS},          {"malloc", LC_V_MALLOC, LC_V_MALLOC},
+        {"py", LC_V_PY, LC_V_PY_OBMALLOC},    {"blocks", LC_V_BLOCKS, LC_V_BLOCKS},
+        {"refs", LC_V_REFS, LC_V_REFS},       {"fds", LC_V_FDS, LC_V_FDS},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
+        if (strcmp(map[i].name, name)) continue;
+        for (int v = map[i].first; v <= map[i].last; v++) {
+            r->avail[v].known = 1;
+            r->avail[v].available = available;
+            lc_scopy(r->avail[v].how, sizeof r->avail[v].how, how);
+        }
+    }
+}
+
+static void take_site(lc_run *r, const lc_record *rec)
+{
+    lc_site s = {0};
+    s.id = rec->u.site.site;
+    lc_scopy(s.domain, sizeof s.domain, rec->u.site.domain);
+    for (int k = 0; k < 2; k++) s.bytes[k] = rec->u.site.bytes[k], s.blocks[k] = rec->u.site.blocks[k];
+    s.bytes_per_cycle = lc_schedule_excess(&r->sched, s.bytes[0], s.bytes[1]);
+    s.blocks_per_cycle = lc_schedule_excess(&r->sched, s.blocks[0], s.blocks[1]);
+    r->sites = grow(r->sites, &r->capsites, r->nsites + 1, sizeof *r->sites);
+    r->sites[r->nsites++] = s;
+}
+
+/* F and P records: a C frame or a Python line of the last site */
+static void take_site_text(lc_run *r, const lc_record *rec)
+{
+    if (!r->nsites) return;
+    lc_site *s = &r->sites[r->nsites - 1];
+    if (s->id != rec->u.frame.site) return;
+    if (rec->type == 'F' && s->nframes < LC_SITE_FRAMES)
+        lc_scopy(s->frames[s->nframes++], sizeof s->frames[0], rec->u.frame.text);
+    else if (rec->type == 'P' && s->npyframes < LC_SITE_PYLINES)
+        lc_scopy(s->pyframes[s->npyframes++], sizeof s->pyframes[0], rec->u.frame.text);
+}
+
+static void take_cycle(lc_run *r, const lc_record *rec)
+{
+    lc_cycle c = {rec->u.cycle.id, {0}, -1};
+    memcpy(c.v, rec->u.cycle.v, sizeof c.v);
+    r->cyc = grow(r->cyc, &r->capcyc, r->ncyc + 1, sizeof *r->cyc);
+    r->cyc[r->ncyc++] = c;
+    progress(r);
+}
+
+static void take_extension(lc_run *r, const lc_record *rec)
+{
+    r->extensions = grow(r->extensions, &r->capextensions, r->nextensions + 1, sizeof *r->extensions);
+    lc_scopy(r->extensions[r->nextensions][0], LC_MODULE_NAME_MAX, rec->u.ext.module);
+    lc_scopy(r->extensions[r->nextensions][1], LC_MODULE_NAME_MAX, rec->u.ext.path);
+    r->nextensions++;
+}
+
+static void take_error(lc_run *r, const lc_record *rec)
+{
+    lc_scopy(r->error_kind, sizeof r->error_kind, lc_error_kind_name(rec->u.error.kind));
+    r->error_refused = rec->u.error.refused;
+    lc_scopy(r->error, sizeof r->error, rec->u.error.message);
+    r->outcome = LC_OUT_ERROR;
+}
+
+static void handle_line(lc_run *r, const char *line)
+{
+    lc_record rec;
+    if (lc_decode(line, &rec) < 0) return;   /* not a record: ignored */
+    switch (rec.type) {
+    case 'I': take_info(r, rec.u.info.key, rec.u.info.value); break;
+    case 'A': take_avail(r, rec.u.avail.meter, rec.u.avail.available, rec.u.avail.how); break;
+    case 'R':
+        memcpy(r->initial, rec.u.reading.v, sizeof r->initial);
+        r->have_initial = 1;
+        break;
+    case 'B': r->begun = rec.u.cycle.id; break;
+    case 'C': take_cycle(r, &rec); break;
+    case 'O':
+        if (r->ncyc && r->cyc[r->ncyc - 1].id.seq == rec.u.obm.seq) r->cyc[r->ncyc - 1].obm = rec.u.obm.blocks;
+        break;
+    case 'W': take_site(r, &rec); break;
+    case 'F':
+    case 'P': take_site_text(r, &rec); break;
+    case 'X': take_extension(r, &rec); break;
+    case 'E': take_error(r, &rec); break;
+    case 'D': r->outcome = LC_OUT_DONE; break;
+    }
+}
+
+/* --- the worker process ---------------------------------------------------- */
+static void keep_tail(lc_run *r, const char *buf, size_t n)
+{
+    size_t cap = sizeof r->output_tail - 1, have = strlen(r->output_tail);
+    if (n >= cap) {
+        memcpy(r->output_tail, buf + n - cap, cap);
+        r->output_tail[cap] = 0;
+        return;
+    }
+    if (have + n > cap) {
+        size_t drop = have + n - cap;
+        memmove(r->output_tail, r->output_tail + drop, have - drop);
+        have -= drop;
+    }
+    memcpy(r->output_tail + have, buf, n);
+    r->output_tail[have + n] = 0;
+}
+
+/* The worker's argv for q (pointers into q and into num). */
+static void worker_argv(const lc_request *q, char **argv, char num[2][32])
+{
+    int n = 0;
+    argv[n++] = (char *)q->worker;
+    if (q->list_extensions) {
+        argv[n++] = "--list-extensions";
+        argv[n] = NULL;
+        return;
+    }
+    snprintf(num[0], 32, "%ld", q->cycles);
+    snprintf(num[1], 32, "%ld", q->warmup);
+    argv[n++] = "--config";
+    argv[n++] = (char *)q->config->name;
+    for (int i = 0; i < q->nimports; i++) argv[n++] = "--import", argv[n++] = (char *)q->imports[i];
+    if (q->code) argv[n++] = "--code", argv[n++] = (char *)q->code;
+    if (q->file) argv[n++] = "--file", argv[n++] = (char *)q->file;
+    argv[n++] = "--cycles";
+    argv[n++] = num[0];
+    argv[n++] = "--warmup";
+    argv[n++] = num[1];
+    if (!q->baseline) argv[n++] = "--no-baseline";
+    if (q->where) argv[n++] = "--where";
+    if (q->no_wrapper) argv[n++] = "--no-allocator-wrapper";
+    argv[n] = NULL;
+}
+
+/* Start the worker: stdin /dev/null, stdout+stderr into out, records into rec. */
+static int spawn_worker(lc_run *r, char *const argv[], pid_t *pid, int *rec, int *out)
+{
+    int recp[2], outp[2];
+    if (pipe2(recp, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0) {
+        r->outcome = LC_OUT_SPAWN;
+        snprintf(r->error, sizeof r->error, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, outp[1], 2);
+    posix_spawn_file_actions_adddup2(&fa, recp[1], LC_RECORD_FD);
+    int rc = posix_spawn(pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(recp[1]);
+    close(outp[1]);
+    *rec = recp[0];
+    *out = outp[0];
+    if (rc == 0) return 0;
+    r->outcome = LC_OUT_SPAWN;
+    snprintf(r->error, sizeof r->error, "cannot start %s: %s", argv[0], strerror(rc));
+    close(recp[0]);
+    close(outp[0]);
+    return -1;
+}
+
+/* Records arrive in pieces: whole lines go to handle_line. */
+typedef struct line_buf {
+    char *s;
+    size_t len, cap;
+} line_buf;
+
+static void feed(lc_run *r, line_buf *lb, const char *buf, size_t k)
+{
+    for (size_t i = 0; i < k; i++) {
+        lb->s = grow(lb->s, &lb->cap, lb->len + 2, 1);
+        if (buf[i] != '\n') {
+            lb->s[lb->len++] = buf[i];
+            continue;
+        }
+        lb->s[lb->len] = 0;
+        handle_line(r, lb->s);
+        lb->len = 0;
+    }
+}
+
+/* Read both pipes until the records end (then output for a little longer)
+ * or no record came within the timeout; returns 1 on a timeout. */
+static int gather(lc_run *r, int rec, int out)
+{
+    static char buf[LC_READ_CHUNK];
+    line_buf lb = {0};
+    int rec_open = 1, out_open = 1, hung = 0;
+    double last = mono_s(), rec_closed_at = 0;
+    while (rec_open || out_open) {
+        if (!rec_open && mono_s() - rec_closed_at > LC_LATE_OUTPUT_S) break;
+        struct pollfd p[2] = {{rec_open ? rec : -1, POLLIN, 0}, {out_open ? out : -1, POLLIN, 0}};
+        int left_ms = (int)((last + r->timeout_s - mono_s()) * 1000);
+        if (left_ms <= 0 && rec_open) {
+            hung = 1;
+            break;
+        }
+        int n = poll(p, 2, rec_open ? left_ms : 1000);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (p[1].revents) {
+            ssize_t k = read(out, buf, sizeof buf);
+            if (k <= 0) out_open = 0;
+            else keep_tail(r, buf, (size_t)k);
+        }
+        if (p[0].revents) {
+            ssize_t k = read(rec, buf, sizeof buf);
+            if (k <= 0) {
+                rec_open = 0;
+                rec_closed_at = mono_s();
+                continue;
+            }
+            last = mono_s();
+            feed(r, &lb, buf, (size_t)k);
+        }
+    }
+    free(lb.s);
+    return hung;
+}
+
+/* How it ended, from the records and the exit status. */
+static void finish(lc_run *r, pid_t pid, int hung)
+{
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (r->progress) fprintf(stderr, "\r\033[K");
+    if (WIFSIGNALED(status)) {
+        r->signal = WTERMSIG(status);
+        r->exit_status = -1;
+    } else if (WIFEXITED(status)) {
+        r->exit_status = WEXITSTATUS(status);
+    }
+    if (hung) r->outcome = LC_OUT_HANG;
+    else if (r->signal || (r->outcome == LC_OUT_DONE && r->exit_status != 0)) r->outcome = LC_OUT_CRASH;
+    else if (r->outcome != LC_OUT_DONE && r->outcome != LC_OUT_ERROR) r->outcome = LC_OUT_CRASH;
+}
+
+void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress_line)
+{
+    memset(r, 0, sizeof *r);
+    r->sched = lc_schedule_make(q->warmup, q->cycles, lc_has_subject(q), q->baseline);
+    r->timeout_s = timeout;
+    r->progress = progress_line;
+    r->outcome = LC_OUT_CRASH;
+    r->exit_status = -1;
+    for (int i = 0; i < LC_NVALUES; i++) r->initial[i] = -1;
+    char *argv[LC_WORKER_ARGS], num[2][32];
+    worker_argv(q, argv, num);
+    pid_t pid;
+    int rec, out;
+    if (spawn_worker(r, argv, &pid, &rec, &out) < 0) return;
+    int hung = gather(r, rec, out);
+    if (hung) kill(pid, SIGKILL);
+    close(rec);
+    close(out);
+    finish(r, pid, hung);
+}
+
+void lc_run_free(lc_run *r)
+{
+    free(r->cyc);
+    free(r->sites);
+    free(r->extensions);
+    r->cyc = NULL;
+    r->sites = NULL;
+    r->extensions = NULL;
+}

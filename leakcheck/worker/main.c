@@ -1,0 +1,327 @@
+/* main.c - pyfini-leakcheck's worker: embeds one CPython, runs interpreter
+ * cycles and reports a reading of every meter after each cycle.
+ *
+ * Started by the driver (driver/), never by hand: it writes records (see
+ * shared/lc_protocol.h) to file descriptor LC_RECORD_FD.  A crash of this
+ * process is a finding the driver reports; bad input is reported with an E
+ * record and exit status 2.  The parts: see worker.h.
+ *
+ * usage: pyfini-leakcheck-worker [--config NAME] [--import MOD]... [--code SRC]
+ *            [--file F] [--cycles N] [--warmup W] [--no-baseline] [--where]
+ *            [--no-allocator-wrapper] [--list-extensions]
+ */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lc_alloc.h"
+#include "lc_util.h"
+#include "worker.h"
+
+#ifndef LC_PYTHON_EXECUTABLE
+#define LC_PYTHON_EXECUTABLE ""
+#endif
+
+/* --- records ------------------------------------------------------------- */
+void wk_emit(const lc_line *l)
+{
+    for (size_t off = 0; off < l->n;) {
+        ssize_t w = write(LC_RECORD_FD, l->s + off, l->n - off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            _exit(4);   /* the driver is gone */
+        }
+        off += (size_t)w;
+    }
+}
+
+void wk_fail(enum lc_error_kind kind, int refused, const char *fmt, ...)
+{
+    char msg[LC_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    lc_line l;
+    lc_enc_error(&l, kind, refused, msg);
+    wk_emit(&l);
+    _exit(2);
+}
+
+void wk_info(const char *key, const char *fmt, ...)
+{
+    char value[LC_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    lc_line l;
+    lc_enc_info(&l, key, value);
+    wk_emit(&l);
+}
+
+/* --- one cycle ----------------------------------------------------------- */
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void new_interpreter(const interp_config *c, PyThreadState **ts)
+{
+    PyStatus st = interp_config_create(c, ts);
+    if (!PyStatus_Exception(st)) return;
+    if (c->legacy) {
+        char err[LC_MESSAGE_MAX / 2] = "Py_NewInterpreter() returned NULL";
+        if (PyErr_Occurred()) wk_describe_exception(err, sizeof err);
+        wk_fail(LC_ERR_CONFIG, 0, "cannot create a legacy interpreter: %s", err);
+    }
+    /* refused = 1: the scan has always shown an isolated interpreter that
+       cannot be created as the config refusing the module */
+    wk_fail(LC_ERR_CONFIG, 1, "cannot create a %s interpreter: %s%s%s", c->name, st.func ? st.func : "",
+            st.func ? ": " : "", st.err_msg ? st.err_msg : "(no message)");
+}
+
+static int uses_own_obmalloc(const interp_config *c) { return !c->legacy && !c->use_main_obmalloc; }
+
+/* Cycle seq (1-based) at slot sl of the schedule: B record, create the
+ * interpreter, run the subject, end it, C (and O) record. */
+static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, const lc_slot *sl)
+{
+    char err[LC_MESSAGE_MAX];
+    int64_t v[LC_NVALUES];
+    PyThreadState *ts = NULL;
+    lc_cycle_id id = {seq, sl->subject ? 'S' : 'B', sl->round, sl->judged};
+    lc_line l;
+    lc_enc_begin(&l, &id);
+    wk_emit(&l);
+    if (q->where) lc_alloc_recheck_tracemalloc();
+    int where_obm = q->where && uses_own_obmalloc(q->config);
+    if (where_obm) lc_alloc_obm_begin(PyThreadState_GetInterpreter(main_tstate), (uint32_t)seq);
+    if (sl->judged) lc_alloc_set_recording(sl->side == 0 ? 1 : 2);
+    int64_t t0 = now_ns();
+    new_interpreter(q->config, &ts);
+    int refused = 0;
+    int rc = sl->subject ? wk_run_subject(q, err, sizeof err, &refused) : 0;
+    Py_EndInterpreter(ts);
+    int64_t t1 = now_ns();
+    lc_alloc_set_recording(0);
+    int64_t obm = where_obm ? lc_alloc_obm_end() : -1;
+    PyThreadState_Swap(main_tstate);
+    /* in an interpreter that is not legacy, a failure may be its refusal */
+    if (rc < 0)
+        wk_fail(LC_ERR_SUBJECT, refused || !q->config->legacy, "the subject failed in cycle %ld (%s interpreter): %s",
+                seq, q->config->name, err);
+    wk_reading(q, v);
+    v[LC_V_TIME_NS] = t1 - t0;
+    lc_enc_cycle(&l, &id, v);
+    wk_emit(&l);
+    if (obm >= 0) {
+        lc_enc_obm(&l, seq, obm);
+        wk_emit(&l);
+    }
+}
+
+/* --- start-up ------------------------------------------------------------ */
+static long parse_count(const char *opt_name, const char *s, long min)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < min)
+        wk_fail(LC_ERR_USAGE, 0, "%s needs an integer >= %ld, not '%s'", opt_name, min, s);
+    return v;
+}
+
+/* One option with its value val (NULL: none given); returns how many
+ * arguments it took. */
+static int parse_option(wk_request *q, const char *a, const char *val)
+{
+    static const char *const flags[] = {"--no-baseline", "--no-allocator-wrapper", "--where", "--list-extensions"};
+    int *const flag_of[] = {&q->baseline, &q->no_wrapper, &q->where, &q->list_extensions};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+        if (!strcmp(a, flags[i])) {
+            *flag_of[i] = i != 0;   /* --no-baseline clears */
+            return 1;
+        }
+    if (!val) {
+        if (!strcmp(a, "--config") || !strcmp(a, "--import") || !strcmp(a, "--code") || !strcmp(a, "--file")
+            || !strcmp(a, "--cycles") || !strcmp(a, "--warmup"))
+            wk_fail(LC_ERR_USAGE, 0, "option %s needs a value", a);
+        wk_fail(LC_ERR_USAGE, 0, "unknown worker option '%s'", a);
+    }
+    if (!strcmp(a, "--config")) {
+        char names[128];
+        interp_config_list(names, sizeof names, ", ");
+        if (!(q->config = interp_config_find(val))) wk_fail(LC_ERR_USAGE, 0, "unknown config '%s' (%s)", val, names);
+    } else if (!strcmp(a, "--import")) {
+        if (q->nimports == LC_MAX_IMPORTS) wk_fail(LC_ERR_USAGE, 0, "at most %d --import options", LC_MAX_IMPORTS);
+        q->imports[q->nimports++] = val;
+    } else if (!strcmp(a, "--code")) {
+        q->code = val;
+    } else if (!strcmp(a, "--file")) {
+        q->file = val;
+    } else if (!strcmp(a, "--cycles")) {
+        q->cycles = parse_count(a, val, 1);
+    } else if (!strcmp(a, "--warmup")) {
+        q->warmup = parse_count(a, val, 0);
+    } else {
+        wk_fail(LC_ERR_USAGE, 0, "unknown worker option '%s'", a);
+    }
+    return 2;
+}
+
+static void parse_args(wk_request *q, int argc, char **argv)
+{
+    for (int i = 1; i < argc;) i += parse_option(q, argv[i], i + 1 < argc ? argv[i + 1] : NULL);
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) wk_fail(LC_ERR_USAGE, 0, "--file %s: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) wk_fail(LC_ERR_INTERNAL, 0, "out of memory reading %s", path);
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1) break;
+        cap *= 2;
+        buf = realloc(buf, cap);
+    }
+    if (ferror(f)) wk_fail(LC_ERR_USAGE, 0, "--file %s: read error", path);
+    fclose(f);
+    buf[n] = 0;
+    return buf;
+}
+
+static void check_status(PyStatus st, const char *what)
+{
+    if (PyStatus_Exception(st)) wk_fail(LC_ERR_INTERNAL, 0, "%s: %s", what, st.err_msg ? st.err_msg : "?");
+}
+
+static PyThreadState *init_python(const wk_request *q)
+{
+    /* Anything that would replace the allocators after lc_alloc_install(). */
+    static const char *const env[] = {"PYTHONMALLOC", "PYTHONDEVMODE", "PYTHONTRACEMALLOC", "PYTHONMALLOCSTATS"};
+    for (size_t i = 0; i < sizeof env / sizeof *env; i++)
+        if (getenv(env[i])) {
+            wk_info("ignored_environment", "%s", env[i]);
+            unsetenv(env[i]);
+        }
+    if (!q->no_wrapper) lc_alloc_install(q->where);
+
+    PyPreConfig pre;
+    PyPreConfig_InitPythonConfig(&pre);
+    pre.allocator = PYMEM_ALLOCATOR_NOT_SET;
+    pre.dev_mode = 0;
+    check_status(Py_PreInitialize(&pre), "Py_PreInitialize");
+
+    PyConfig config;
+    PyConfig_InitPythonConfig(&config);
+    config.parse_argv = 0;
+    config.install_signal_handlers = 0;
+    config.use_hash_seed = 1;
+    config.hash_seed = 0;
+    config.dev_mode = 0;
+    config.tracemalloc = 0;
+    config.buffered_stdio = 0;
+    const char *exe = LC_PYTHON_EXECUTABLE;
+    if (exe[0] && access(exe, X_OK) == 0)
+        check_status(PyConfig_SetBytesString(&config, &config.program_name, exe), "PyConfig");
+    PyStatus st = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    check_status(st, "Py_InitializeFromConfig");
+    return PyThreadState_Get();
+}
+
+static const char *sys_str(const char *name)
+{
+    PyObject *o = PySys_GetObject(name);   /* borrowed */
+    const char *s = o ? PyUnicode_AsUTF8(o) : NULL;
+    PyErr_Clear();
+    return s ? s : "";
+}
+
+static void report_info(const wk_request *q)
+{
+    wk_info("version", "%s", PY_VERSION);
+    wk_info("hexversion", "0x%08lx", (unsigned long)PY_VERSION_HEX);
+#ifdef Py_DEBUG
+    wk_info("debug", "1");
+#else
+    wk_info("debug", "0");
+#endif
+    wk_info("abiflags", "%s", sys_str("abiflags"));
+    wk_info("executable", "%s", sys_str("executable"));
+    wk_info("compiler", "%s", Py_GetCompiler());
+    char configs[128] = "";
+    for (int i = 0; i < INTERP_NCONFIGS; i++)
+        if (interp_config_available(&interp_configs[i]))
+            snprintf(configs + strlen(configs), sizeof configs - strlen(configs), "%s%s", i ? " " : "",
+                     interp_configs[i].name);
+    wk_info("configs", "%s", configs);
+    wk_meters_report(q);
+}
+
+/* Runs the cycles the schedule lists (all from here: --where then sees the
+ * same call stacks in subject and bare cycles). */
+static void run_cycles(const wk_request *q, PyThreadState *main_tstate)
+{
+    int64_t v[LC_NVALUES];
+    wk_reading(q, v);
+    v[LC_V_TIME_NS] = 0;
+    lc_line l;
+    lc_enc_reading(&l, v);
+    wk_emit(&l);
+    lc_schedule s = lc_schedule_make(q->warmup, q->cycles, wk_has_subject(q), q->baseline);
+    for (long i = 0, n = lc_schedule_length(&s); i < n; i++) {
+        lc_slot sl = lc_schedule_at(&s, i);
+        cycle(q, main_tstate, i + 1, &sl);
+    }
+    if (q->where) wk_report_where(&s);
+}
+
+int main(int argc, char **argv)
+{
+    if (fcntl(LC_RECORD_FD, F_GETFD) < 0) {
+        fprintf(stderr, "pyfini-leakcheck-worker: started by pyfini-leakcheck only (no record descriptor %d)\n",
+                LC_RECORD_FD);
+        return 2;
+    }
+    wk_meters_open();
+    wk_request q = {.config = &interp_configs[INTERP_LEGACY], .cycles = 100, .warmup = 10, .baseline = 1};
+    parse_args(&q, argc, argv);
+    if (q.where && q.no_wrapper)
+        wk_fail(LC_ERR_USAGE, 0, "--where needs the allocator wrapper (drop --no-allocator-wrapper)");
+    if (q.file) q.file_src = read_file(q.file);
+    if (PY_VERSION_HEX < q.config->min_hexversion)
+        wk_fail(LC_ERR_USAGE, 0, "config '%s' needs CPython %lu.%lu or newer: CPython %s has only legacy interpreters "
+                "(Py_NewInterpreter)", q.config->name, q.config->min_hexversion >> 24,
+                (q.config->min_hexversion >> 16) & 0xff, PY_VERSION);
+    PyThreadState *main_tstate = init_python(&q);
+    report_info(&q);
+    if (q.where) wk_start_tracemalloc();
+    if (q.list_extensions) {
+        wk_list_extensions();
+    } else {
+        wk_precheck_subject(&q);
+        run_cycles(&q, main_tstate);
+    }
+    lc_line l;
+    lc_enc_done(&l);
+    wk_emit(&l);
+    /* No Py_FinalizeEx(): what the cycles left behind is what was measured,
+     * and finalizing it can only add noise (or crash on old versions). */
+    _exit(0);
+}

@@ -1,0 +1,54 @@
+/* worker.h - what the parts of pyfini-leakcheck's worker tell each other.
+ *
+ *   main.c     options, CPython start-up, the cycle loop (follows lc_schedule)
+ *   meters.c   one reading of every meter (rss, malloc, py*, blocks, refs, fds)
+ *   subject.c  the subject: imports, --code, --file; Python errors as text
+ *   where.c    --where: the sites still holding bytes, C frames, Python lines
+ *   lc_alloc.c the counting allocator wrapper (also used by pyfini's tests)
+ *   symbols.c  return addresses to function, file and line (elfutils libdw)
+ * Include after Python.h.
+ */
+#ifndef LC_WORKER_H
+#define LC_WORKER_H
+
+#include "interp_configs.h"
+#include "lc_protocol.h"
+#include "lc_schedule.h"
+
+
+/* What the driver asked for (worker options). */
+typedef struct wk_request {
+    const interp_config *config;
+    const char *imports[LC_MAX_IMPORTS];
+    int nimports;
+    const char *code;
+    const char *file;
+    char *file_src;   /* contents of file */
+    long cycles, warmup;
+    int baseline, where, list_extensions, no_wrapper;
+} wk_request;
+
+static inline int wk_has_subject(const wk_request *q) { return q->nimports > 0 || q->code || q->file; }
+
+/* records */
+void wk_emit(const lc_line *l);   /* exits (4) when the driver is gone */
+void wk_fail(enum lc_error_kind kind, int refused, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));   /* an E record, then exit 2 */
+void wk_info(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));   /* an I record */
+
+/* meters.c */
+void wk_meters_open(void);                    /* before anything else */
+void wk_meters_report(const wk_request *q);   /* A records; after Py_Initialize */
+void wk_reading(const wk_request *q, int64_t v[LC_NVALUES]);
+
+/* subject.c */
+void wk_describe_exception(char *out, size_t n);   /* the pending exception as text; clears it */
+int wk_run_subject(const wk_request *q, char *err, size_t n, int *refused);   /* 0, or -1 and err */
+void wk_precheck_subject(const wk_request *q);     /* fails with a usage error */
+void wk_list_extensions(void);                     /* X records */
+
+/* where.c */
+void wk_start_tracemalloc(void);
+void wk_report_where(const lc_schedule *s);
+
+#endif
