@@ -539,7 +539,12 @@ inline void attach()
     d::shared_pp *shared;
     d::local_pp *local;
     try {
-        pybind11::detail::get_internals();
+        /* what PYBIND11_MODULE does first: in a sub-interpreter, switch this
+           shared object's pybind11 to its per-thread, per-interpreter lookup
+           (has_seen_non_main_interpreter) - without it a program that made
+           the interpreter with the C API would use its first interpreter's
+           internals everywhere */
+        pybind11::detail::ensure_internals();
         shared = pybind11::detail::get_internals_pp_manager().get_pp();
         pybind11::detail::get_local_internals();
         local = pybind11::detail::get_local_internals_pp_manager().get_pp();
