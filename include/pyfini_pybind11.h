@@ -33,6 +33,9 @@
  *
  * What attach() arranges, per interpreter (idempotent per interpreter and
  * shared object; one record per interpreter in a pyfini_state):
+ *  - the calling shared object's pybind11 is switched to its per-thread,
+ *    per-interpreter lookup in a sub-interpreter (detail::ensure_internals(),
+ *    what PYBIND11_MODULE does first);
  *  - the metaclass's tp_dealloc gives back the reference each dead class holds
  *    (the original pybind11_meta_dealloc still runs first);
  *  - at USER (atexit): the calling thread's pybind11 caches of every attached
@@ -71,8 +74,13 @@
  *
  * Thread state: attach() and release_thread() need an attached thread state.
  * Errors: attach() throws pybind11::error_already_set (the Python exception
- * set: MemoryError, RuntimeError, or what pybind11 raised).
- * CPython 3.12-3.15 with pybind11's sub-interpreter support; not free-threaded.
+ * set: MemoryError, RuntimeError - e.g. two pybind11 internals ABIs in one
+ * interpreter, or the interpreter past its POST_SHUTDOWN - or what pybind11
+ * raised); without a thread state no exception can be set and it throws
+ * std::runtime_error (pybind11::pybind11_fail), as pybind11 does.
+ * CPython: needs pybind11's sub-interpreter support (3.12+); tested on 3.13,
+ * 3.14, 3.15 and the 3.14/3.15 debug builds (the sid tree has no 3.12); not
+ * free-threaded (pyfini.h refuses it).
  */
 #ifndef PYFINI_PYBIND11_H
 #define PYFINI_PYBIND11_H
@@ -136,7 +144,7 @@ using local_manager = pbd::internals_pp_manager<pbd::local_internals>;
    destroy() does that only through the calling thread's cache, so the
    adapter reaches the members through the explicit-instantiation rule
    (access is not checked in the template arguments of an explicit
-   instantiation). Pinned: tests/pybind11 pin_pp_set. */
+   instantiation). Pinned: tests/pybind11 pin_created_set. */
 namespace {
 template <typename Tag, typename Tag::type Member>
 struct member_access {

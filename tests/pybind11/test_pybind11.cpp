@@ -90,6 +90,15 @@ static int env_int(const char *name, int dflt)
     return v != nullptr && *v != '\0' ? std::atoi(v) : dflt;
 }
 
+// Cycle counts: halved in the slower builds (ASan, debug CPython) to keep
+// the suite's time modest; the TSS test keeps more than 1,010 everywhere.
+#if defined(__SANITIZE_ADDRESS__) || defined(Py_DEBUG)
+static const int slow_build = 1;
+#else
+static const int slow_build = 0;
+#endif
+static int scaled(int n) { return slow_build ? n / 2 : n; }
+
 static void init_main(bool meter)
 {
     setenv("PYTHONPATH", MOD_DIR, 1);
@@ -226,7 +235,7 @@ START_TEST(test_ending_thread_cache_elsewhere)
         Py_EndInterpreter(ts);
         PyThreadState_Swap(main_ts);
     };
-    assert_zero_excess("test_ending_thread_cache_elsewhere", 5, 100, cycle,
+    assert_zero_excess("test_ending_thread_cache_elsewhere", 5, scaled(100), cycle,
                        [] { cycle_isolated("pass"); });
     assert_gc_casts_ok("pb11_a");
     ck_assert_int_eq(Py_FinalizeEx(), 0);
@@ -242,7 +251,7 @@ START_TEST(test_scoped_subinterpreter_zero_loss)
     // after Py_EndInterpreter then finds nothing left to free twice.
     init_main(true);
     assert_zero_excess(
-        "test_scoped_subinterpreter_zero_loss", 5, 100,
+        "test_scoped_subinterpreter_zero_loss", 5, scaled(100),
         [] {
             py::scoped_subinterpreter ssi;
             pyfini_pybind11::attach();
@@ -264,7 +273,7 @@ START_TEST(test_scoped_subinterpreter_program_not_attached)
     // CPython's allocators keep nothing.
     init_main(true);
     assert_zero_excess(
-        "test_scoped_subinterpreter_program_not_attached", 5, 100,
+        "test_scoped_subinterpreter_program_not_attached", 5, scaled(100),
         [] {
             py::scoped_subinterpreter ssi;
             py::module_::import("pb11_a").attr("cycles_for_last_gc")(2);
@@ -297,7 +306,7 @@ START_TEST(test_concurrent_interpreters)
         "    _interpreters.destroy(i)\n");
 #endif
     assert_zero_excess(
-        "test_concurrent_interpreters", 300, 100,
+        "test_concurrent_interpreters", 300, scaled(100),
         [] { run("cycle('import pb11_a, pb11_b\\npb11_a.cycles_for_last_gc(2)\\npb11_b.cycles_for_last_gc(2)')"); },
         [] { run("cycle('pass')"); });
     assert_gc_casts_ok("pb11_a");
@@ -310,7 +319,7 @@ END_TEST
 START_TEST(test_legacy)
 {
     init_main(true);
-    assert_zero_excess("test_legacy", 5, 100, [] { cycle_legacy(two_modules_code); },
+    assert_zero_excess("test_legacy", 5, scaled(100), [] { cycle_legacy(two_modules_code); },
                        [] { cycle_legacy("pass"); });
     assert_gc_casts_ok("pb11_a");
     ck_assert_int_eq(Py_FinalizeEx(), 0);
@@ -570,9 +579,10 @@ START_TEST(test_second_thread_rule_kept)
     // the next interpreter lands at the ended one's address (pybind11's
     // thread_local cache key) - counted.
     int stale = 0;
-    int reused = second_thread_cycles(200, true, &stale);
-    std::printf("NOTE test_second_thread_rule_kept on CPython %s: %d of 200 interpreters at the ended "
-                "one's address, %d stale cache hits\n", PY_VERSION, reused, stale);
+    int n = scaled(200);
+    int reused = second_thread_cycles(n, true, &stale);
+    std::printf("NOTE test_second_thread_rule_kept on CPython %s: %d of %d interpreters at the ended "
+                "one's address, %d stale cache hits\n", PY_VERSION, reused, n, stale);
     ck_assert_int_eq(stale, 0);
 #if defined(__SANITIZE_ADDRESS__)
     (void)reused;
