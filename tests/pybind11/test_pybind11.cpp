@@ -150,18 +150,30 @@ static long long python_bytes_over(int warm, int n, F cycle)
 
 // The exact meter's verdict: what subject cycles keep per cycle must not
 // exceed what bare cycles of the same kind keep (CPython 3.13 loses memory in
-// bare cycles, 3.14+ none). Bare cycles: at most 200.
+// bare cycles, 3.14+ none). Bare cycles: at most 200. CPython 3.13 also keeps
+// a few objects of every import for good (leakcheck/README.md: `--import
+// _json` +106 B, 2 objects per isolated cycle; here pb11_a +59 B, 1 object):
+// there up to 512 B per cycle beyond bare are allowed - far from the 1.7 MB
+// of abandoned arenas (3.13 abandons them in bare cycles already).
+#if PY_VERSION_HEX < 0x030E0000
+static const long long allowed_per_cycle = 512;
+#else
+static const long long allowed_per_cycle = 0;
+#endif
 template <typename S, typename B>
 static void assert_zero_excess(const char *what, int warm, int n, S subject, B bare)
 {
     int nb = n < 200 ? n : 200;
     long long b = python_bytes_over(warm, nb, bare);
     long long s = python_bytes_over(warm, n, subject);
+    double excess = (double)s / n - (double)b / nb;
     std::printf("NOTE %s on CPython %s: %d cycles keep %lld B in CPython's allocators (%d bare cycles "
-                "%lld B)\n", what, PY_VERSION, n, s, nb, b);
+                "%lld B): %+.1f B per cycle beyond bare (allowed %lld)\n",
+                what, PY_VERSION, n, s, nb, b, excess, allowed_per_cycle);
     std::fflush(stdout);
-    ck_assert_msg(s * nb <= b * n, "%s: %lld B kept over %d cycles, more per cycle than %d bare cycles (%lld B)",
-                  what, s, n, nb, b);
+    ck_assert_msg(s * nb <= b * n + allowed_per_cycle * n * nb,
+                  "%s: %lld B kept over %d cycles, %+.1f B per cycle more than %d bare cycles (%lld B)",
+                  what, s, n, excess, nb, b);
 }
 
 static long module_counter(const char *mod, const char *fn)
