@@ -163,13 +163,18 @@ static const long long allowed_per_cycle = 0;
 template <typename S, typename B>
 static void assert_zero_excess(const char *what, int warm, int n, S subject, B bare)
 {
+    // each side over two halves, the smaller half doubled: a one-time growth
+    // (seen with concurrent.interpreters: 207,520 B once, at a varying cycle,
+    // with or without pybind11) lands in one half only; a loss per cycle
+    // shows in both
     int nb = n < 200 ? n : 200;
-    long long b = python_bytes_over(warm, nb, bare);
-    long long s = python_bytes_over(warm, n, subject);
+    long long b1 = python_bytes_over(warm, nb / 2, bare), b2 = python_bytes_over(0, nb / 2, bare);
+    long long s1 = python_bytes_over(warm, n / 2, subject), s2 = python_bytes_over(0, n / 2, subject);
+    long long b = 2 * (b1 < b2 ? b1 : b2), s = 2 * (s1 < s2 ? s1 : s2);
     double excess = (double)s / n - (double)b / nb;
-    std::printf("NOTE %s on CPython %s: %d cycles keep %lld B in CPython's allocators (%d bare cycles "
-                "%lld B): %+.1f B per cycle beyond bare (allowed %lld)\n",
-                what, PY_VERSION, n, s, nb, b, excess, allowed_per_cycle);
+    std::printf("NOTE %s on CPython %s: %d cycles keep %lld + %lld B in CPython's allocators (%d bare "
+                "cycles %lld + %lld B): %+.1f B per cycle beyond bare (allowed %lld)\n",
+                what, PY_VERSION, n, s1, s2, nb, b1, b2, excess, allowed_per_cycle);
     std::fflush(stdout);
     ck_assert_msg(s * nb <= b * n + allowed_per_cycle * n * nb,
                   "%s: %lld B kept over %d cycles, %+.1f B per cycle more than %d bare cycles (%lld B)",
