@@ -143,6 +143,7 @@ typedef struct analysis {
     double time_subject_ms, time_bare_ms;
     long n_subject, n_bare, rounds_judged;
     int leak;                      /* a bytes meter judged LEAK */
+    int bytes_no_leak;             /* a bytes meter judged "no leak" */
     int inconclusive;
     int64_t obm_min, obm_max;
     double obm_mean;
@@ -153,7 +154,17 @@ void lc_analyse(const lc_run *r, analysis *a, double max_bytes);
 const meter_result *lc_meter_result(const analysis *a, int value);   /* by enum lc_value */
 
 /* --- reports ------------------------------------------------------------- */
+/* The exit statuses (--help and leakcheck/README.md list the same). */
+enum lc_exit {
+    LC_EXIT_NO_LEAK = 0,      /* a bytes meter judged "no leak", none LEAK, nothing else found */
+    LC_EXIT_LEAK = 1,         /* a bytes meter judged LEAK, or pyfini reported a leak on stderr */
+    LC_EXIT_USAGE = 2,        /* usage error, or the subject failed (raised, missing module, config refused) */
+    LC_EXIT_CRASH = 3,        /* the subject crashed, hung, broke the tool's descriptors, or a child of it failed */
+    LC_EXIT_NOT_JUDGED = 4,   /* the run finished but no bytes meter could judge: never "no leak" */
+    LC_EXIT_INTERRUPTED = 5,  /* SIGINT/SIGTERM: the partial report of the finished cycles */
+};
 int lc_exit_status(const lc_run *r, const analysis *a);
+const char *lc_run_verdict(const lc_run *r, const analysis *a);   /* "LEAK", "no leak", "not judged", "crash", ... */
 void lc_fmt_bytes(char *out, size_t n, double b, int sign);
 void lc_fmt_value(char *out, size_t n, const lc_meter_def *m, double v, int sign);
 const char *lc_verdict_mark(const meter_result *m);   /* "LEAK", "ok", "?" or "" */

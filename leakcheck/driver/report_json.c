@@ -180,11 +180,7 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
     set(o, "python", lc_python_json(q, r));
     request_json(o, q);
     findings_json(o, q, r, a);
-    const char *verdict = "no leak";
-    if (r->outcome == LC_OUT_CRASH) verdict = "crash";
-    else if (r->outcome == LC_OUT_HANG) verdict = "hang";
-    else if (a->leak) verdict = "LEAK";
-    set(o, "verdict", lc_json_str(verdict));
+    set(o, "verdict", lc_json_str(lc_run_verdict(r, a)));
     json_t *lm = json_array();
     for (size_t i = 0; i < LC_NMETERS; i++)
         if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, lc_json_str(a->m[i].def->name));

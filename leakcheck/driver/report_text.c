@@ -207,6 +207,18 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
 static void print_verdict(FILE *f, const analysis *a, int paired)
 {
     fprintf(f, "verdict: ");
+    if (!a->leak && !a->bytes_no_leak) {
+        fprintf(f, "not judged: no bytes meter (rss, malloc, py*) judged \"no leak\" or LEAK:");
+        const char *sep = " ";
+        for (size_t i = 0; i < LC_NMETERS; i++) {
+            const meter_result *m = &a->m[i];
+            if (!m->def->bytes) continue;
+            fprintf(f, "%s%s %s", sep, m->def->name, m->available ? lc_verdict_name(m->verdict) : "unavailable");
+            sep = ", ";
+        }
+        fprintf(f, "\n");
+        return;
+    }
     if (!a->leak) {
         fprintf(f, "no leak%s\n", a->inconclusive ? " (some meters inconclusive: see above)" : "");
         return;

@@ -141,6 +141,41 @@ START_TEST(test_bad_input)
     expect_usage((const char *[]){"--code", "raise ValueError('boom')", "--cycles", "4", NULL}, "ValueError: boom");
     expect_usage((const char *[]){"--python", "3.99", NULL}, "--python 3.99");
     expect_usage((const char *[]){"--python", "banana", NULL}, "expected X.Y");
+    /* every numeric option: zero, negative, not a number */
+    expect_usage((const char *[]){"--cycles", "0", NULL}, "--cycles needs an integer >= 1, not '0'");
+    expect_usage((const char *[]){"--cycles", "-5", NULL}, "--cycles needs an integer >= 1, not '-5'");
+    expect_usage((const char *[]){"--warmup", "-1", NULL}, "--warmup needs an integer >= 0, not '-1'");
+    expect_usage((const char *[]){"--warmup", "x", NULL}, "--warmup needs an integer");
+    expect_usage((const char *[]){"--timeout", "0", NULL}, "--timeout needs a number >= 0.1, not '0'");
+    expect_usage((const char *[]){"--timeout", "nan", NULL}, "--timeout needs a number");
+    expect_usage((const char *[]){"--max-bytes-per-cycle", "-1", NULL}, "--max-bytes-per-cycle needs a number >= 0");
+    expect_usage((const char *[]){"--max-bytes-per-cycle", "lots", NULL}, "--max-bytes-per-cycle needs a number");
+}
+END_TEST
+
+/* Too few cycles is never "no leak" (issue 10): refused up front with the
+ * minimum (lc_schedule_min_cycles), and a run that finished but that no
+ * bytes meter could judge is "not judged", exit 4. */
+START_TEST(test_too_few_cycles)
+{
+    expect_usage((const char *[]){"--cycles", "3", NULL}, "--cycles 3 is too few to judge: a verdict needs at least 4");
+    expect_usage((const char *[]){"--import", "json", "--cycles", "2", "--warmup", "1", "--json", NULL},
+                 "at least 4 judged cycles");
+    expect_usage((const char *[]){"--scan", "--import", "json", "--cycles", "1", NULL}, "at least 4 judged cycles");
+    /* --no-allocator-wrapper: only rss and malloc can judge; whatever they
+       say, the run's verdict follows the rule of --help */
+    result r = run_tool((const char *[]){"--no-allocator-wrapper", "--cycles", "4", "--warmup", "1", "--json", NULL});
+    ck_assert_msg(json_is_object(r.json), "no JSON: exit %d\n%s", r.status, tail(r.err));
+    const char *rss = verdict_of(&r, "rss"), *mal = verdict_of(&r, "malloc");
+    const char *verdict = json_string_value(json_object_get(r.json, "verdict"));
+    ck_assert_str_eq(verdict_of(&r, "py"), "unavailable");
+    int leak = !strcmp(rss, "LEAK") || !strcmp(mal, "LEAK"), ok = !strcmp(rss, "no leak") || !strcmp(mal, "no leak");
+    const char *want = leak ? "LEAK" : (ok ? "no leak" : "not judged");
+    int want_status = leak ? 1 : (ok ? 0 : 4);
+    ck_assert_msg(!strcmp(verdict, want) && r.status == want_status,
+                  "rss %s, malloc %s: verdict %s exit %d, expected %s exit %d", rss, mal, verdict, r.status, want, want_status);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.json, "exit_status")), want_status);
+    free_result(&r);
 }
 END_TEST
 
@@ -149,7 +184,7 @@ START_TEST(test_help)
     result r = run_tool((const char *[]){"--help", NULL});
     ck_assert_int_eq(r.status, 0);
     static const char *const words[] = {"rss", "malloc", "py.raw", "py.obj", "blocks", "refs", "fds", "time",
-                                        "--where", "--scan", "--no-baseline", "Exit status"};
+                                        "--where", "--scan", "--no-baseline", "Exit status", "not judged", "  4  "};
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)
         ck_assert_msg(strstr(r.out, words[i]) != NULL, "--help does not explain %s", words[i]);
     free_result(&r);
@@ -589,6 +624,7 @@ int main(void)
     struct { const char *name; const TTest *fn; int timeout; } cases[] = {
         {"bad_input", test_bad_input, 60},
         {"help", test_help, 10},
+        {"too_few_cycles", test_too_few_cycles, 60},
         {"config_needs_312", test_config_needs_312, 60},
         {"crash_reported", test_crash_reported, 60},
         {"hang_reported", test_hang_reported, 60},
