@@ -146,13 +146,14 @@ int lc_exit_status(const lc_run *r, const analysis *a)
     case LC_OUT_CRASH:
     case LC_OUT_HANG: return LC_EXIT_CRASH;
     case LC_OUT_DONE:
-        if (a->leak) return LC_EXIT_LEAK;
+        if (a->leak || r->err.leak_reports) return LC_EXIT_LEAK;
         return a->bytes_no_leak ? LC_EXIT_NO_LEAK : LC_EXIT_NOT_JUDGED;
     }
     return LC_EXIT_CRASH;
 }
 
-/* The rule of the verdict: LEAK if a bytes meter judged LEAK; "no leak" only
+/* The rule of the verdict: LEAK if a bytes meter judged LEAK or pyfini
+ * reported a leak on the subject's stderr; "no leak" only
  * if at least one bytes meter judged "no leak" (the exact py* meters decide
  * when rss and malloc are noisy); otherwise "not judged". */
 const char *lc_run_verdict(const lc_run *r, const analysis *a)
@@ -160,6 +161,6 @@ const char *lc_run_verdict(const lc_run *r, const analysis *a)
     if (r->outcome == LC_OUT_CRASH) return "crash";
     if (r->outcome == LC_OUT_HANG) return "hang";
     if (r->outcome != LC_OUT_DONE) return "error";
-    if (a->leak) return "LEAK";
+    if (a->leak || r->err.leak_reports) return "LEAK";
     return a->bytes_no_leak ? "no leak" : "not judged";
 }

@@ -3,6 +3,7 @@
  *   main.c         the request from the options, then one check, --demo or --scan
  *   options.c      options -> lc_request (usage errors, --help)
  *   run.c          start one worker for a request, decode its records into an lc_run
+ *   output.c       the subject's stderr: pyfini's leak reports parsed, other lines summarised
  *   analyse.c      the meters, and an lc_run judged per meter (stats.c: the statistics)
  *   report_text.c  the report on a terminal
  *   report_json.c  --json
@@ -73,6 +74,46 @@ typedef struct lc_meter_avail {
     char how[300];
 } lc_meter_avail;
 
+/* What the subject wrote on the worker's stderr (output.c), in bounded memory. */
+#define LC_OUTPUT_LINE_MAX 512       /* a line is kept up to this many bytes */
+#define LC_OUTPUT_DISTINCT_MAX 20    /* distinct lines kept, with their counts */
+#define LC_OUTPUT_HASHES_MAX 65536   /* distinct lines counted beyond those (then "at least") */
+#define LC_LEAK_REPORTS_MAX 10       /* distinct pyfini leak reports kept (state, object count) */
+#define LC_LEAK_TYPES_MAX 8          /* type names kept per leak report */
+typedef struct lc_leak_report {
+    char state[256];
+    long long interpreter;    /* of its first report */
+    long objects;             /* tracked objects still alive at POST_SHUTDOWN */
+    long first_cycle, count;  /* the cycle of the first report, reports in all */
+    int ntypes;
+    char types[LC_LEAK_TYPES_MAX][128];   /* "type mylib.Node", "mylib.Node object" */
+} lc_leak_report;
+typedef struct lc_output_line {
+    char text[LC_OUTPUT_LINE_MAX];   /* addresses normalised to 0x... */
+    const char *kind;                /* "fatal error", "exception ignored", "warning", "traceback", "other" */
+    long count, first_cycle;         /* cycle 0: before the first cycle */
+} lc_output_line;
+typedef struct lc_output {
+    long cycle;                      /* the cycle being written (last marker) */
+    long lines;                      /* non-empty lines in all */
+    long leak_reports, leak_reports_dropped;
+    lc_leak_report leaks[LC_LEAK_REPORTS_MAX];
+    size_t nleaks;
+    int in_report;                   /* 1 + index of the report whose " - " lines follow */
+    lc_output_line distinct[LC_OUTPUT_DISTINCT_MAX];
+    size_t ndistinct;
+    long more_distinct;              /* distinct lines beyond distinct[] */
+    int more_saturated;              /* ... at least that many */
+    long fatal_errors;               /* "Fatal Python error" lines */
+    uint64_t *hashes;
+    size_t nhashes;
+    char partial[LC_OUTPUT_LINE_MAX];
+    size_t npartial;
+} lc_output;
+void lc_output_feed(lc_output *o, const char *buf, size_t n, void (*each)(void *, const char *), void *arg);
+void lc_output_end(lc_output *o, void (*each)(void *, const char *), void *arg);
+void lc_output_free(lc_output *o);
+
 enum lc_outcome {
     LC_OUT_DONE,        /* D record */
     LC_OUT_ERROR,       /* E record (bad input, subject raised, config refused) */
@@ -111,6 +152,7 @@ typedef struct lc_run {
     int exit_status;    /* worker exit status, -1 if signalled */
     int signal;         /* terminating signal or 0 */
     char output_tail[LC_TAIL_MAX];   /* last bytes of the worker's stdout+stderr */
+    lc_output err;      /* the worker's stderr: what the subject said */
 } lc_run;
 
 /* Run q's worker (q->worker) to its end; timeout in seconds per record. */

@@ -127,6 +127,42 @@ static json_t *site_json(const lc_site *s)
     return sj;
 }
 
+/* What the subject wrote on stderr (output.c). */
+static json_t *stderr_json(const lc_output *o)
+{
+    json_t *sj = json_object(), *leaks = json_array(), *lines = json_array();
+    set(sj, "lines", json_integer(o->lines));
+    set(sj, "pyfini_leak_reports", json_integer(o->leak_reports));
+    for (size_t i = 0; i < o->nleaks; i++) {
+        const lc_leak_report *L = &o->leaks[i];
+        json_t *lj = json_object(), *types = json_array();
+        set(lj, "state", lc_json_str(L->state));
+        set(lj, "interpreter", json_integer(L->interpreter));
+        set(lj, "objects", json_integer(L->objects));
+        set(lj, "first_cycle", json_integer(L->first_cycle));
+        set(lj, "reports", json_integer(L->count));
+        for (int k = 0; k < L->ntypes; k++) json_array_append_new(types, lc_json_str(L->types[k]));
+        set(lj, "types", types);
+        json_array_append_new(leaks, lj);
+    }
+    set(sj, "pyfini_leaks", leaks);
+    set(sj, "pyfini_leak_reports_of_other_states", json_integer(o->leak_reports_dropped));
+    for (size_t i = 0; i < o->ndistinct; i++) {
+        const lc_output_line *d = &o->distinct[i];
+        json_t *dj = json_object();
+        set(dj, "text", lc_json_str(d->text));
+        set(dj, "kind", lc_json_str(d->kind));
+        set(dj, "count", json_integer(d->count));
+        set(dj, "first_cycle", json_integer(d->first_cycle));
+        json_array_append_new(lines, dj);
+    }
+    set(sj, "distinct_lines", lines);
+    set(sj, "more_distinct_lines", json_integer(o->more_distinct));
+    set(sj, "more_distinct_lines_at_least", json_boolean(o->more_saturated));
+    set(sj, "fatal_errors", json_integer(o->fatal_errors));
+    return sj;
+}
+
 /* What was asked: the config, the subject, the run. */
 static void request_json(json_t *o, const lc_request *q)
 {
@@ -181,6 +217,7 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
     request_json(o, q);
     findings_json(o, q, r, a);
     set(o, "verdict", lc_json_str(lc_run_verdict(r, a)));
+    set(o, "subject_stderr", stderr_json(&r->err));
     json_t *lm = json_array();
     for (size_t i = 0; i < LC_NMETERS; i++)
         if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, lc_json_str(a->m[i].def->name));

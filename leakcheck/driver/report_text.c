@@ -8,6 +8,7 @@
 
 #define LC_CRASH_CYCLES 6        /* last finished cycles shown after a crash */
 #define LC_CRASH_OUTPUT_LINES 15 /* last lines of the worker's output shown */
+#define LC_OUTPUT_SHOW 160       /* characters of a stderr line shown (--json has LC_OUTPUT_LINE_MAX) */
 
 void lc_fmt_bytes(char *out, size_t n, double b, int sign)
 {
@@ -175,6 +176,37 @@ static void print_crash(FILE *f, const lc_run *r)
     if (r->output_tail[0]) print_output_tail(f, r->output_tail);
 }
 
+static void print_leak_report(FILE *f, const lc_leak_report *L)
+{
+    fprintf(f, "  PYFINI LEAK: state \"%s\": %ld tracked object%s still alive at POST_SHUTDOWN, reported %ld time%s "
+               "(first in cycle %ld, interpreter %lld)\n",
+            L->state, L->objects, L->objects == 1 ? "" : "s", L->count, L->count == 1 ? "" : "s", L->first_cycle,
+            L->interpreter);
+    for (int i = 0; i < L->ntypes; i++) fprintf(f, "    - %s\n", L->types[i]);
+}
+
+/* What the subject wrote on stderr: pyfini's leak reports, then the other
+ * lines, distinct, with their counts. */
+static void print_subject_stderr(FILE *f, const lc_run *r)
+{
+    const lc_output *o = &r->err;
+    if (!o->lines) {
+        fprintf(f, "\nsubject's stderr: nothing\n");
+        return;
+    }
+    fprintf(f, "\nsubject's stderr: %ld line%s (stdout is not read)\n", o->lines, o->lines == 1 ? "" : "s");
+    for (size_t i = 0; i < o->nleaks; i++) print_leak_report(f, &o->leaks[i]);
+    if (o->leak_reports_dropped)
+        fprintf(f, "  ... %ld more pyfini leak reports of other states\n", o->leak_reports_dropped);
+    for (size_t i = 0; i < o->ndistinct; i++) {
+        const lc_output_line *d = &o->distinct[i];
+        fprintf(f, "  %5ldx from cycle %-4ld [%s] %.*s%s\n", d->count, d->first_cycle, d->kind, LC_OUTPUT_SHOW,
+                d->text, strlen(d->text) > LC_OUTPUT_SHOW ? "..." : "");
+    }
+    if (o->more_distinct)
+        fprintf(f, "  ... %s%ld more distinct lines\n", o->more_saturated ? "at least " : "", o->more_distinct);
+}
+
 /* The head of the report: the Python, the config, the subject, the run. */
 static void print_header(FILE *f, const lc_request *q, const lc_run *r, const analysis *a)
 {
@@ -204,9 +236,16 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
     fprintf(f, "\n");
 }
 
-static void print_verdict(FILE *f, const analysis *a, int paired)
+static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paired)
 {
     fprintf(f, "verdict: ");
+    if (r->err.leak_reports) {
+        fprintf(f, "LEAK: pyfini reported %ld leak%s on the subject's stderr (tracked objects still alive at "
+                   "POST_SHUTDOWN)%s\n", r->err.leak_reports, r->err.leak_reports == 1 ? "" : "s",
+                a->leak ? "; and the meters:" : "");
+        if (!a->leak) return;
+        fprintf(f, "         ");
+    }
     if (!a->leak && !a->bytes_no_leak) {
         fprintf(f, "not judged: no bytes meter (rss, malloc, py*) judged \"no leak\" or LEAK:");
         const char *sep = " ";
@@ -242,6 +281,7 @@ void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analys
     if (a->rounds_judged) print_meter_table(f, a, lc_paired(q));
     else fprintf(f, "(no judged cycle finished)\n");
     if (q->where && r->outcome == LC_OUT_DONE) print_where(f, r, a);
+    print_subject_stderr(f, r);
     fprintf(f, "\n");
     if (r->outcome == LC_OUT_CRASH || r->outcome == LC_OUT_HANG) {
         print_crash(f, r);
@@ -250,7 +290,7 @@ void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analys
         fprintf(f, ", config %s, CPython %s%s; figures above: %zu cycles finished\n", q->config->name, r->version,
                 r->abiflags, r->ncyc);
     } else {
-        print_verdict(f, a, lc_paired(q));
+        print_verdict(f, r, a, lc_paired(q));
     }
     fprintf(f, "exit status %d\n", exit_status);
 }

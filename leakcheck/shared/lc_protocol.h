@@ -33,6 +33,10 @@
 #include <stdint.h>
 
 #define LC_RECORD_FD 3
+/* At the start of every cycle the worker writes "\n" LC_STDERR_MARK "<seq>\n"
+ * on its own stderr (fd 2, in the cycle loop's thread), so that the driver
+ * knows which cycle wrote each line of the subject's stderr. */
+#define LC_STDERR_MARK "\037pyfini-leakcheck cycle "
 #define LC_LINE_MAX 8192      /* longest record, newline included */
 #define LC_INFO_KEY_MAX 64
 #define LC_METER_NAME_MAX 32

@@ -191,6 +191,104 @@ START_TEST(test_help)
 }
 END_TEST
 
+/* --- the subject's stderr is in the report (issue 10) --------------------- */
+static json_t *stderr_of(const result *r)
+{
+    json_t *e = json_object_get(r->json, "subject_stderr");
+    ck_assert_msg(json_is_object(e), "no subject_stderr: exit %d\n%s%s", r->status, tail(r->out), tail(r->err));
+    return e;
+}
+
+static int has_string(json_t *array, const char *s)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(array, i, v) if (!strcmp(json_string_value(v), s)) return 1;
+    return 0;
+}
+
+/* A module that leaks objects tracked in a pyfini state: pyfini's report
+ * (pyfini__state_report, at POST_SHUTDOWN) is parsed into a finding that
+ * fails the run (exit 1), with the state, the count and the types. */
+START_TEST(test_pyfini_leak_report)
+{
+    result r = run_tool((const char *[]){"--import", "_pyfini_trackleak", "--cycles", "4", "--warmup", "1", "--json",
+                                         NULL});
+    ck_assert_msg(r.status == 1, "exit %d, expected 1\n%s%s", r.status, tail(r.out), tail(r.err));
+    ck_assert_str_eq(json_string_value(json_object_get(r.json, "verdict")), "LEAK");
+    json_t *e = stderr_of(&r), *L = json_array_get(json_object_get(e, "pyfini_leaks"), 0);
+    ck_assert_msg(json_is_object(L), "no pyfini leak parsed:\n%s", tail(r.out));
+    ck_assert_str_eq(json_string_value(json_object_get(L, "state")), "pyfini.test.trackleak");
+    ck_assert_int_eq(json_integer_value(json_object_get(L, "objects")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(L, "first_cycle")), 1);
+    /* every subject cycle reports it: 1 warm-up + 4 judged */
+    ck_assert_int_eq(json_integer_value(json_object_get(L, "reports")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "pyfini_leak_reports")), 5);
+    json_t *types = json_object_get(L, "types");
+    ck_assert_msg(has_string(types, "type TrackLeaked") && has_string(types, "TrackLeaked object"),
+                  "types: %s", tail(r.out));
+    /* the report lines are the finding, not "other" lines */
+    ck_assert_int_eq(json_array_size(json_object_get(e, "distinct_lines")), 0);
+    free_result(&r);
+    r = run_tool((const char *[]){"--import", "_pyfini_trackleak", "--cycles", "4", "--warmup", "0", NULL});
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.out, "PYFINI LEAK: state \"pyfini.test.trackleak\": 2 tracked objects")
+                  && strstr(r.out, "verdict: LEAK: pyfini reported 4 leaks"), "report:\n%s", tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
+/* Warnings, "Exception ignored", many distinct lines and a huge line: each
+ * kept line with its count and first cycle, the rest counted, memory bounded. */
+START_TEST(test_subject_stderr_summary)
+{
+    const char *code = "import sys, os, warnings\n"
+                       "warnings.warn('pyfini-test warning')\n"
+                       "class A:\n"
+                       "    def __del__(self): raise ValueError('pyfini-test del')\n"
+                       "a = A(); del a\n"
+                       "sys.stderr.write('h' * 300000 + '\\n')\n"
+                       "for i in range(50): print('distinct', os.urandom(6).hex(), file=sys.stderr)\n"
+                       "print('to stdout, not read')\n";
+    result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", "--json",
+                                         NULL});
+    ck_assert_msg(r.status == 0 || r.status == 1 || r.status == 4, "exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
+    json_t *e = stderr_of(&r), *lines = json_object_get(e, "distinct_lines"), *d;
+    int warning = 0, ignored = 0, huge = 0;
+    size_t i;
+    json_array_foreach(lines, i, d) {
+        const char *text = json_string_value(json_object_get(d, "text")), *kind = json_string_value(json_object_get(d, "kind"));
+        long count = (long)json_integer_value(json_object_get(d, "count"));
+        long first = (long)json_integer_value(json_object_get(d, "first_cycle"));
+        ck_assert_msg(strlen(text) < 600, "a line of %zu bytes kept", strlen(text));
+        ck_assert_msg(!strstr(text, "to stdout"), "stdout read: %s", text);
+        if (strstr(text, "UserWarning: pyfini-test warning")) {
+            warning = 1;
+            ck_assert_str_eq(kind, "warning");
+            ck_assert_int_eq(count, 4);
+            ck_assert_int_eq(first, 1);
+        }
+        if (!strncmp(text, "Exception ignored", 17) && strstr(text, "A.__del__")) {
+            ignored = 1;
+            ck_assert_str_eq(kind, "exception ignored");
+            ck_assert_int_eq(count, 4);
+            ck_assert_int_eq(first, 1);
+        }
+        if (!strncmp(text, "hhhh", 4)) {
+            huge = 1;
+            ck_assert_int_eq(count, 4);
+        }
+    }
+    ck_assert_msg(warning && ignored && huge, "warning %d, exception ignored %d, huge line %d:\n%s", warning, ignored,
+                  huge, tail(r.out));
+    ck_assert_int_le(json_array_size(lines), 20);
+    /* 200 distinct lines in all: those not kept are counted */
+    ck_assert_int_ge(json_integer_value(json_object_get(e, "more_distinct_lines")) + (json_int_t)json_array_size(lines),
+                     200);
+    free_result(&r);
+}
+END_TEST
+
 /* 3.11 has only legacy interpreters: asking for another config is a usage error */
 START_TEST(test_config_needs_312)
 {
@@ -538,7 +636,7 @@ START_TEST(test_json_and_csv)
     ck_assert(bfd >= 0);
     ck_assert(write(bfd, "x = 1\n", 6) == 6);
     close(bfd);
-    result b = run_tool((const char *[]){"--file", bad, "--cycles", "3", "--warmup", "1", "--json", NULL});
+    result b = run_tool((const char *[]){"--file", bad, "--cycles", "4", "--warmup", "1", "--json", NULL});
     unlink(bad);
     ck_assert_msg(b.status == 0 && b.json, "exit %d, JSON %s\n%s", b.status, b.json ? "ok" : "invalid", tail(b.err));
     const char *named = json_string_value(json_object_get(json_object_get(b.json, "subject"), "file"));
@@ -625,6 +723,8 @@ int main(void)
         {"bad_input", test_bad_input, 60},
         {"help", test_help, 10},
         {"too_few_cycles", test_too_few_cycles, 60},
+        {"pyfini_leak_report", test_pyfini_leak_report, 120},
+        {"subject_stderr_summary", test_subject_stderr_summary, 120},
         {"config_needs_312", test_config_needs_312, 60},
         {"crash_reported", test_crash_reported, 60},
         {"hang_reported", test_hang_reported, 60},

@@ -69,6 +69,22 @@ void wk_info(const char *key, const char *fmt, ...)
     wk_emit(&l);
 }
 
+/* The cycle marker on stderr (LC_STDERR_MARK): what the subject writes
+ * after it belongs to cycle seq.  The leading newline ends a line the
+ * previous cycle left unfinished. */
+static void wk_stderr_mark(long seq)
+{
+    char m[96];
+    int n = snprintf(m, sizeof m, "\n" LC_STDERR_MARK "%ld\n", seq);
+    fflush(stderr);
+    for (int off = 0; off < n;) {
+        ssize_t w = write(2, m + off, (size_t)(n - off));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;   /* see the stderr check after the cycle */
+        off += (int)w;
+    }
+}
+
 /* --- one cycle ----------------------------------------------------------- */
 static int64_t now_ns(void)
 {
@@ -105,6 +121,7 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     lc_line l;
     lc_enc_begin(&l, &id);
     wk_emit(&l);
+    wk_stderr_mark(seq);
     if (q->where) lc_alloc_recheck_tracemalloc();
     int where_obm = q->where && uses_own_obmalloc(q->config);
     if (where_obm) lc_alloc_obm_begin(PyThreadState_GetInterpreter(main_tstate), (uint32_t)seq);
