@@ -46,9 +46,8 @@ static void normalise(char *out, size_t n, const char *s)
 
 static uint64_t fnv1a(const char *s)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h ? h : 1;
+    uint64_t h = lc_fnv(LC_FNV_OFFSET, s, strlen(s));
+    return h ? h : 1;   /* 0 marks a free slot */
 }
 
 /* A distinct line beyond distinct[]: counted once (or "at least"). */

@@ -180,7 +180,7 @@ static void print_leak_report(FILE *f, const lc_leak_report *L)
 {
     fprintf(f, "  PYFINI LEAK: state \"%s\": %ld tracked object%s still alive at POST_SHUTDOWN, reported %ld time%s "
                "(first in cycle %ld, interpreter %lld)\n",
-            L->state, L->objects, L->objects == 1 ? "" : "s", L->count, L->count == 1 ? "" : "s", L->first_cycle,
+            L->state, L->objects, lc_plural(L->objects), L->count, lc_plural(L->count), L->first_cycle,
             L->interpreter);
     for (int i = 0; i < L->ntypes; i++) fprintf(f, "    - %s\n", L->types[i]);
 }
@@ -194,17 +194,19 @@ static void print_subject_stderr(FILE *f, const lc_run *r)
         fprintf(f, "\nsubject's stderr: nothing\n");
         return;
     }
-    fprintf(f, "\nsubject's stderr: %ld line%s (stdout is not read)\n", o->lines, o->lines == 1 ? "" : "s");
+    fprintf(f, "\nsubject's stderr: %ld line%s (stdout is not read)\n", o->lines, lc_plural(o->lines));
     for (size_t i = 0; i < o->nleaks; i++) print_leak_report(f, &o->leaks[i]);
     if (o->leak_reports_dropped)
-        fprintf(f, "  ... %ld more pyfini leak reports of other states\n", o->leak_reports_dropped);
+        fprintf(f, "  ... %ld more pyfini leak report%s of other states\n", o->leak_reports_dropped,
+                lc_plural(o->leak_reports_dropped));
     for (size_t i = 0; i < o->ndistinct; i++) {
         const lc_output_line *d = &o->distinct[i];
         fprintf(f, "  %5ldx from cycle %-4ld [%s] %.*s%s\n", d->count, d->first_cycle, d->kind, LC_OUTPUT_SHOW,
                 d->text, strlen(d->text) > LC_OUTPUT_SHOW ? "..." : "");
     }
     if (o->more_distinct)
-        fprintf(f, "  ... %s%ld more distinct lines\n", o->more_saturated ? "at least " : "", o->more_distinct);
+        fprintf(f, "  ... %s%ld more distinct line%s\n", o->more_saturated ? "at least " : "", o->more_distinct,
+                lc_plural(o->more_distinct));
 }
 
 /* The head of the report: the Python, the config, the subject, the run. */
@@ -220,8 +222,8 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
     fprintf(f, "\n");
     if (lc_paired(q))
         fprintf(f, "cycles   %ld warm-up + %ld judged rounds; a round = 1 subject + 1 bare cycle (judged: blocks of %ld\n"
-                   "         subject cycles, then %ld bare ones); judged is the subject's excess over the bare cycle\n",
-                q->warmup, q->cycles, r->sched.block, r->sched.block);
+                   "         subject cycle%s, then %ld bare one%s); judged is the subject's excess over the bare cycle\n",
+                q->warmup, q->cycles, r->sched.block, lc_plural(r->sched.block), r->sched.block, lc_plural(r->sched.block));
     else
         fprintf(f, "cycles   %ld warm-up + %ld judged %s\n", q->warmup, q->cycles,
                 lc_has_subject(q) ? "subject cycles (--no-baseline: raw figures judged)" : "bare cycles");
@@ -241,7 +243,7 @@ static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paire
     fprintf(f, "verdict: ");
     if (r->err.leak_reports) {
         fprintf(f, "LEAK: pyfini reported %ld leak%s on the subject's stderr (tracked objects still alive at "
-                   "POST_SHUTDOWN)%s\n", r->err.leak_reports, r->err.leak_reports == 1 ? "" : "s",
+                   "POST_SHUTDOWN)%s\n", r->err.leak_reports, lc_plural(r->err.leak_reports),
                 a->leak ? "; and the meters:" : "");
         if (!a->leak) return;
         fprintf(f, "         ");
@@ -287,8 +289,8 @@ void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analys
         print_crash(f, r);
         fprintf(f, "subject: ");
         print_subject(f, q);
-        fprintf(f, ", config %s, CPython %s%s; figures above: %zu cycles finished\n", q->config->name, r->version,
-                r->abiflags, r->ncyc);
+        fprintf(f, ", config %s, CPython %s%s; figures above: %zu cycle%s finished\n", q->config->name, r->version,
+                r->abiflags, r->ncyc, lc_plural((long long)r->ncyc));
     } else {
         print_verdict(f, r, a, lc_paired(q));
     }

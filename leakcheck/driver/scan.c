@@ -203,9 +203,9 @@ static void print_scan_json(const scan_row *rows, size_t n, const lc_request *q,
 
 static void print_scan_text(const scan_row *rows, size_t n, const lc_request *q, const lc_run *lr, int status)
 {
-    printf("pyfini-leakcheck --scan: CPython %s%s (%s build), %zu extension modules, %ld warm-up + %ld judged "
+    printf("pyfini-leakcheck --scan: CPython %s%s (%s build), %zu extension module%s, %ld warm-up + %ld judged "
            "cycles each (excess over a bare cycle)\n\n", lr->version, lr->abiflags, lr->debug ? "debug" : "release", n,
-           q->warmup, q->cycles);
+           lc_plural((long long)n), q->warmup, q->cycles);
     printf("%-36s %-22s %-22s\n", "module", "legacy", "isolated");
     for (size_t i = 0; i < n; i++) printf("%-36s %-22s %-22s\n", rows[i].name, rows[i].cell[0].status, rows[i].cell[1].status);
     int notes = 0;

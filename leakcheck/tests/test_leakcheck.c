@@ -9,7 +9,9 @@
 #undef NDEBUG
 #include <check.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -150,6 +152,70 @@ START_TEST(test_bad_input)
     expect_usage((const char *[]){"--timeout", "nan", NULL}, "--timeout needs a number");
     expect_usage((const char *[]){"--max-bytes-per-cycle", "-1", NULL}, "--max-bytes-per-cycle needs a number >= 0");
     expect_usage((const char *[]){"--max-bytes-per-cycle", "lots", NULL}, "--max-bytes-per-cycle needs a number");
+}
+END_TEST
+
+/* does this python3.X-config answer (a pyenv shim of a version not selected does not)? */
+static int config_answers(const char *cfg)
+{
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "'%s' --prefix >/dev/null 2>&1", cfg);
+    return !strchr(cfg, '\'') && access(cfg, X_OK) == 0 && system(cmd) == 0;
+}
+
+/* A python3.X-config of a CPython older than 3.11 (X = minor), found on
+ * PATH or through pyenv (`pyenv root`), never a hard-coded path; 0 if none. */
+static int find_old_config(int minor, char *out, size_t n)
+{
+    char name[64], pat[PATH_MAX + 96];
+    snprintf(name, sizeof name, "python3.%d-config", minor);
+    const char *path = getenv("PATH");
+    char *copy = strdup(path ? path : "");
+    for (char *save = NULL, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, n, "%s/%s", d, name);
+        if (config_answers(out)) {
+            free(copy);
+            return 1;
+        }
+    }
+    free(copy);
+    FILE *p = popen("pyenv root 2>/dev/null", "r");
+    char root[PATH_MAX] = "";
+    if (p) {
+        if (!fgets(root, sizeof root, p)) root[0] = 0;
+        pclose(p);
+    }
+    root[strcspn(root, "\n")] = 0;
+    if (!root[0]) return 0;
+    snprintf(pat, sizeof pat, "%s/versions/*/bin/%s", root, name);
+    glob_t g;
+    int found = 0;
+    if (glob(pat, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc && !found; i++)
+            if (config_answers(g.gl_pathv[i])) found = 1, snprintf(out, n, "%s", g.gl_pathv[i]);
+        globfree(&g);
+    }
+    return found;
+}
+
+/* --python of a CPython older than 3.11 (issue 10): refused with what pyfini
+ * needs, by version and by the path of its python3.X-config */
+START_TEST(test_python_too_old)
+{
+    expect_usage((const char *[]){"--python", "3.10", NULL}, "--python 3.10: pyfini needs CPython 3.11 or newer");
+    expect_usage((const char *[]){"--python", "3.9", NULL}, "--python 3.9: pyfini needs CPython 3.11 or newer");
+    expect_usage((const char *[]){"--python", "3.10.13", NULL}, "pyfini needs CPython 3.11 or newer");
+    int found = 0;
+    for (int minor = 9; minor <= 10; minor++) {
+        char cfg[PATH_MAX];
+        if (!find_old_config(minor, cfg, sizeof cfg)) continue;
+        found++;
+        char want[PATH_MAX + 64];
+        snprintf(want, sizeof want, "--python %s: CPython 3.%d.", cfg, minor);
+        expect_usage((const char *[]){"--python", cfg, "--cycles", "4", NULL}, want);
+        expect_usage((const char *[]){"--python", cfg, NULL}, "pyfini needs CPython 3.11 or newer");
+    }
+    if (!found) printf("NOTE python_too_old: no python3.9-config or python3.10-config here (PATH, pyenv)\n");
 }
 END_TEST
 
@@ -646,6 +712,17 @@ START_TEST(test_json_and_csv)
 END_TEST
 
 /* --- scan ----------------------------------------------------------------- */
+/* one module: "1 extension module", not "1 extension modules" (issue 10) */
+START_TEST(test_scan_one_module)
+{
+    result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1", NULL});
+    ck_assert_msg(r.status == 0, "exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
+    ck_assert_msg(strstr(r.out, "(release build), 1 extension module, ") || strstr(r.out, "(debug build), 1 extension module, "),
+                  "header:\n%s", tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
 START_TEST(test_scan_modules)
 {
     result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_leak64", "--import", "_pyfini_noleak64",
@@ -723,6 +800,7 @@ int main(void)
         {"bad_input", test_bad_input, 60},
         {"help", test_help, 10},
         {"too_few_cycles", test_too_few_cycles, 60},
+        {"python_too_old", test_python_too_old, 60},
         {"pyfini_leak_report", test_pyfini_leak_report, 120},
         {"subject_stderr_summary", test_subject_stderr_summary, 120},
         {"config_needs_312", test_config_needs_312, 60},
@@ -739,6 +817,7 @@ int main(void)
         {"where_subject_creates_interpreter", test_where_subject_creates_interpreter, 120},
         {"json_and_csv", test_json_and_csv, 60},
         {"scan_modules", test_scan_modules, 120},
+        {"scan_one_module", test_scan_one_module, 60},
         {"scan_all", test_scan_all, 600},
         {"other_python", test_other_python, 300},
     };
