@@ -211,6 +211,7 @@ void lc_fmt_bytes(char *out, size_t n, double b, int sign);
 void lc_fmt_value(char *out, size_t n, const lc_meter_def *m, double v, int sign);
 const char *lc_verdict_mark(const meter_result *m);   /* "LEAK", "ok", "?" or "" */
 const char *lc_signal_name(int sig);
+const char *lc_worker_exit_text(int status);   /* what a worker exit status (lc_worker_exit) says, or NULL */
 void lc_config_description(char *out, size_t n, const interp_config *c);   /* "name: description" */
 void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analysis *a, int exit_status);
 void lc_print_error(const lc_request *q, const lc_run *r);   /* a run that ended with an E record */

@@ -164,8 +164,8 @@ static void take_line(lc_output *o, const char *line, void (*each)(void *, const
         o->in_report = 0;
         return;
     }
+    if (!*line) return;   /* empty lines (the markers' leading newline among them) are not kept */
     if (each) each(arg, line);
-    if (!*line) return;
     o->lines++;
     if (!take_pyfini(o, line)) summarise(o, line);
 }

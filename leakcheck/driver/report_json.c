@@ -77,6 +77,8 @@ static json_t *crash_json(const lc_run *r)
     set(c, "signal", r->signal ? json_integer(r->signal) : json_null());
     set(c, "signal_name", r->signal ? lc_json_str(lc_signal_name(r->signal)) : json_null());
     set(c, "exit_status", r->exit_status >= 0 ? json_integer(r->exit_status) : json_null());
+    const char *why = r->signal ? NULL : lc_worker_exit_text(r->exit_status);
+    set(c, "reason", why ? lc_json_str(why) : json_null());
     set(c, "cycle", json_integer(r->begun.seq));
     set(c, "cycle_kind", lc_json_str(r->begun.kind == 'S' ? "subject" : "bare"));
     set(c, "round", json_integer(r->begun.seq ? r->begun.round + 1 : 0));

@@ -157,6 +157,21 @@ static void print_output_tail(FILE *f, const char *p)
     }
 }
 
+/* What the worker's exit status says the subject did, or NULL. */
+const char *lc_worker_exit_text(int status)
+{
+    switch (status) {
+    case LC_WK_EXIT_RECORD_CLOSED: return "the subject closed the tool's record pipe (file descriptor 3)";
+    case LC_WK_EXIT_RECORD_REPLACED:
+        return "the subject replaced the tool's record pipe (file descriptor 3: closed and reopened, or dup2 over it)";
+    case LC_WK_EXIT_STDERR_CLOSED: return "the subject closed the worker's stderr (file descriptor 2)";
+    case LC_WK_EXIT_STDERR_REPLACED:
+        return "the subject replaced the worker's stderr (file descriptor 2: closed and reopened, or dup2 over it)";
+    case LC_WK_EXIT_DRIVER_GONE: return "a record could not be written (the record pipe failed)";
+    }
+    return NULL;
+}
+
 static void print_crash(FILE *f, const lc_run *r)
 {
     const char *what = r->begun.kind == 'S' ? "a subject cycle" : "a bare cycle";
@@ -168,6 +183,9 @@ static void print_crash(FILE *f, const lc_run *r)
     else if (r->signal)
         fprintf(f, "CRASH: the worker was killed by signal %d (%s) in cycle %ld (%s, round %ld, %s)\n", r->signal,
                 lc_signal_name(r->signal), r->begun.seq, what, round + 1, phase);
+    else if (lc_worker_exit_text(r->exit_status))
+        fprintf(f, "BROKEN: %s in cycle %ld (%s, round %ld, %s): the worker could not go on\n",
+                lc_worker_exit_text(r->exit_status), r->begun.seq, what, round + 1, phase);
     else
         fprintf(f, "CRASH: the worker exited with status %d without finishing, in cycle %ld (%s, round %ld, %s)\n",
                 r->exit_status, r->begun.seq, what, round + 1, phase);

@@ -63,6 +63,18 @@ enum lc_value {
     LC_NVALUES
 };
 
+/* The worker's exit statuses: how the driver tells what happened when the
+ * records stop (the driver names each in its report). */
+enum lc_worker_exit {
+    LC_WK_EXIT_DONE = 0,             /* D record written */
+    LC_WK_EXIT_FAILED = 2,           /* E record written */
+    LC_WK_EXIT_DRIVER_GONE = 4,      /* writing a record failed otherwise (the driver is gone) */
+    LC_WK_EXIT_RECORD_CLOSED = 10,   /* the subject closed the record pipe (LC_RECORD_FD) */
+    LC_WK_EXIT_RECORD_REPLACED = 11, /* ... or put another file on it (dup2, or a new open after a close) */
+    LC_WK_EXIT_STDERR_CLOSED = 12,   /* the subject closed the worker's stderr (fd 2) */
+    LC_WK_EXIT_STDERR_REPLACED = 13, /* ... or put another file on it */
+};
+
 /* Why a run failed (E records). */
 enum lc_error_kind {
     LC_ERR_USAGE,      /* bad input: options, a missing module, a syntax error */

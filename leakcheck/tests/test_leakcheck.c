@@ -355,6 +355,47 @@ START_TEST(test_subject_stderr_summary)
 }
 END_TEST
 
+/* --- a subject that breaks the tool's descriptors (issue 10) -------------- */
+/* Python code that runs action in the cycle-th cycle of the process only
+ * (a counter in the process environment: os.putenv, shared by all
+ * interpreters). */
+static char *in_cycle(int cycle, const char *action)
+{
+    char *code;
+    ck_assert(asprintf(&code, "import os\nn = int(os.environ.get('LC_TEST_N', '0')) + 1\nos.putenv('LC_TEST_N', str(n))\n"
+                       "if n == %d: %s\n", cycle, action) > 0);
+    return code;
+}
+
+static void expect_broken(const char *action, const char *reason)
+{
+    char *code = in_cycle(3, action);
+    result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", "--json", NULL});
+    ck_assert_msg(r.status == 3, "%s: exit %d, expected 3\n%s%s", action, r.status, tail(r.out), tail(r.err));
+    json_t *c = json_object_get(r.json, "crash");
+    ck_assert_msg(json_is_object(c), "%s: no crash object\n%s", action, tail(r.out));
+    const char *why = json_string_value(json_object_get(c, "reason"));
+    ck_assert_msg(why && strstr(why, reason), "%s: reason %s, expected %s", action, why ? why : "(none)", reason);
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "cycle")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.json, "cycles_finished")), 2);
+    free_result(&r);
+    r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", NULL});
+    ck_assert_int_eq(r.status, 3);
+    ck_assert_msg(strstr(r.out, "BROKEN: ") && strstr(r.out, reason) && strstr(r.out, "in cycle 3")
+                  && !strstr(r.out, "exited with status"), "%s: report:\n%s", action, tail(r.out));
+    free_result(&r);
+    free(code);
+}
+
+START_TEST(test_subject_closes_fds)
+{
+    expect_broken("os.closerange(3, 256)", "closed the tool's record pipe (file descriptor 3)");
+    expect_broken("os.dup2(os.open('/dev/null', os.O_WRONLY), 3)", "replaced the tool's record pipe (file descriptor 3");
+    expect_broken("os.close(2)", "closed the worker's stderr (file descriptor 2)");
+    expect_broken("os.dup2(os.open('/dev/null', os.O_WRONLY), 2)", "replaced the worker's stderr (file descriptor 2");
+}
+END_TEST
+
 /* 3.11 has only legacy interpreters: asking for another config is a usage error */
 START_TEST(test_config_needs_312)
 {
@@ -801,6 +842,7 @@ int main(void)
         {"help", test_help, 10},
         {"too_few_cycles", test_too_few_cycles, 60},
         {"python_too_old", test_python_too_old, 60},
+        {"subject_closes_fds", test_subject_closes_fds, 120},
         {"pyfini_leak_report", test_pyfini_leak_report, 120},
         {"subject_stderr_summary", test_subject_stderr_summary, 120},
         {"config_needs_312", test_config_needs_312, 60},

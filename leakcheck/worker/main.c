@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,14 +32,49 @@
 #define LC_PYTHON_EXECUTABLE ""
 #endif
 
+/* --- the tool's descriptors ------------------------------------------------ */
+/* The record pipe and stderr as the driver gave them: a subject that closes
+ * or replaces one is told apart from a crash (lc_worker_exit). */
+static struct stat wk_fd_at_start[2];   /* [0] LC_RECORD_FD, [1] stderr */
+
+static void wk_fds_remember(void)
+{
+    if (fstat(LC_RECORD_FD, &wk_fd_at_start[0]) < 0) wk_fd_at_start[0].st_ino = 0;
+    if (fstat(2, &wk_fd_at_start[1]) < 0) wk_fd_at_start[1].st_ino = 0;
+}
+
+/* 0, or the exit status that says what the subject did to fd. */
+static int wk_fd_changed(int which)
+{
+    int fd = which ? 2 : LC_RECORD_FD;
+    struct stat st;
+    const struct stat *was = &wk_fd_at_start[which];
+    if (fstat(fd, &st) < 0)
+        return which ? LC_WK_EXIT_STDERR_CLOSED : LC_WK_EXIT_RECORD_CLOSED;
+    if (was->st_ino && (st.st_dev != was->st_dev || st.st_ino != was->st_ino))
+        return which ? LC_WK_EXIT_STDERR_REPLACED : LC_WK_EXIT_RECORD_REPLACED;
+    return 0;
+}
+
+/* After the subject ran: are the record pipe and stderr still the driver's? */
+static void wk_fds_check(void)
+{
+    for (int which = 0; which < 2; which++) {
+        int code = wk_fd_changed(which);
+        if (code) _exit(code);
+    }
+}
+
 /* --- records ------------------------------------------------------------- */
 void wk_emit(const lc_line *l)
 {
+    int code = wk_fd_changed(0);
+    if (code) _exit(code);
     for (size_t off = 0; off < l->n;) {
         ssize_t w = write(LC_RECORD_FD, l->s + off, l->n - off);
         if (w < 0) {
             if (errno == EINTR) continue;
-            _exit(4);   /* the driver is gone */
+            _exit(errno == EBADF ? LC_WK_EXIT_RECORD_CLOSED : LC_WK_EXIT_DRIVER_GONE);
         }
         off += (size_t)w;
     }
@@ -54,7 +90,7 @@ void wk_fail(enum lc_error_kind kind, int refused, const char *fmt, ...)
     lc_line l;
     lc_enc_error(&l, kind, refused, msg);
     wk_emit(&l);
-    _exit(2);
+    _exit(LC_WK_EXIT_FAILED);
 }
 
 void wk_info(const char *key, const char *fmt, ...)
@@ -135,6 +171,7 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     lc_alloc_set_recording(0);
     int64_t obm = where_obm ? lc_alloc_obm_end() : -1;
     PyThreadState_Swap(main_tstate);
+    wk_fds_check();
     /* in an interpreter that is not legacy, a failure may be its refusal */
     if (rc < 0)
         wk_fail(LC_ERR_SUBJECT, refused || !q->config->legacy, "the subject failed in cycle %ld (%s interpreter): %s",
@@ -316,6 +353,7 @@ int main(int argc, char **argv)
                 LC_RECORD_FD);
         return 2;
     }
+    wk_fds_remember();
     wk_meters_open();
     wk_request q = {.config = &interp_configs[INTERP_LEGACY], .cycles = 100, .warmup = 10, .baseline = 1};
     parse_args(&q, argc, argv);
