@@ -105,6 +105,7 @@ typedef struct lc_output {
     long more_distinct;              /* distinct lines beyond distinct[] */
     int more_saturated;              /* ... at least that many */
     long fatal_errors;               /* "Fatal Python error" lines */
+    int broken;                      /* the worker's LC_STDERR_BROKEN line: its exit status */
     uint64_t *hashes;
     size_t nhashes;
     char partial[LC_OUTPUT_LINE_MAX];
@@ -113,6 +114,19 @@ typedef struct lc_output {
 void lc_output_feed(lc_output *o, const char *buf, size_t n, void (*each)(void *, const char *), void *arg);
 void lc_output_end(lc_output *o, void (*each)(void *, const char *), void *arg);
 void lc_output_free(lc_output *o);
+
+/* How the subject's children ended (K records), by distinct end. */
+#define LC_CHILD_ENDS_MAX 16
+typedef struct lc_child_end {
+    int exit_code, signal;        /* exit -1: killed by signal */
+    long count, first_cycle, first_pid;
+} lc_child_end;
+typedef struct lc_children {
+    long total, failed;           /* failed: not exit 0 */
+    lc_child_end ends[LC_CHILD_ENDS_MAX];
+    size_t nends;
+    long other_ends;              /* children whose end is beyond ends[] */
+} lc_children;
 
 enum lc_outcome {
     LC_OUT_DONE,        /* D record */
@@ -150,9 +164,11 @@ typedef struct lc_run {
     int error_refused;     /* the E record's refused flag */
     char error[LC_MESSAGE_MAX];
     int exit_status;    /* worker exit status, -1 if signalled */
+    int broken;         /* the worker's "broken" I record: its exit status (see LC_STDERR_BROKEN) */
     int signal;         /* terminating signal or 0 */
     char output_tail[LC_TAIL_MAX];   /* last bytes of the worker's stdout+stderr */
     lc_output err;      /* the worker's stderr: what the subject said */
+    lc_children children;   /* processes the subject forked, and how they ended */
 } lc_run;
 
 /* Run q's worker (q->worker) to its end; timeout in seconds per record. */
@@ -211,7 +227,9 @@ void lc_fmt_bytes(char *out, size_t n, double b, int sign);
 void lc_fmt_value(char *out, size_t n, const lc_meter_def *m, double v, int sign);
 const char *lc_verdict_mark(const meter_result *m);   /* "LEAK", "ok", "?" or "" */
 const char *lc_signal_name(int sig);
-const char *lc_worker_exit_text(int status);   /* what a worker exit status (lc_worker_exit) says, or NULL */
+/* What the worker's exit status says the subject did to the tool's
+ * descriptors, when the worker confirmed it (LC_STDERR_BROKEN), or NULL. */
+const char *lc_broken_text(const lc_run *r);
 void lc_config_description(char *out, size_t n, const interp_config *c);   /* "name: description" */
 void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analysis *a, int exit_status);
 void lc_print_error(const lc_request *q, const lc_run *r);   /* a run that ended with an E record */

@@ -124,8 +124,9 @@ static void help_output(void)
         "     leak report on the subject's stderr\n"
         "  2  usage error (e.g. --cycles below %ld), or the subject failed (raised,\n"
         "     missing module, syntax error, a config the Python does not have)\n"
-        "  3  the subject crashed or hung, or closed or replaced the tool's record pipe\n"
-        "     (fd 3) or the worker's stderr (fd 2): the report says which, in which cycle\n"
+        "  3  the subject crashed or hung; ended the process itself (os._exit); closed or\n"
+        "     replaced the tool's record pipe (fd 3) or the worker's stderr (fd 2); or a\n"
+        "     process it forked did not exit 0: the report says which, in which cycle\n"
         "  4  not judged: the run finished but no bytes meter could judge\n"
         "A progress line is shown on a terminal only.\n", LC_SITES_PER_DOMAIN,
         lc_schedule_min_cycles(1, 1));

@@ -158,7 +158,11 @@ static int take_pyfini(lc_output *o, const char *line)
  * cycle markers (for the output tail). */
 static void take_line(lc_output *o, const char *line, void (*each)(void *, const char *), void *arg)
 {
-    size_t ml = strlen(LC_STDERR_MARK);
+    size_t ml = strlen(LC_STDERR_MARK), bl = strlen(LC_STDERR_BROKEN);
+    if (!strncmp(line, LC_STDERR_BROKEN, bl)) {
+        o->broken = atoi(line + bl);
+        return;
+    }
     if (!strncmp(line, LC_STDERR_MARK, ml)) {
         o->cycle = strtol(line + ml, NULL, 10);
         o->in_report = 0;

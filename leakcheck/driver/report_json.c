@@ -77,7 +77,9 @@ static json_t *crash_json(const lc_run *r)
     set(c, "signal", r->signal ? json_integer(r->signal) : json_null());
     set(c, "signal_name", r->signal ? lc_json_str(lc_signal_name(r->signal)) : json_null());
     set(c, "exit_status", r->exit_status >= 0 ? json_integer(r->exit_status) : json_null());
-    const char *why = r->signal ? NULL : lc_worker_exit_text(r->exit_status);
+    const char *why = lc_broken_text(r);
+    if (!why && !r->signal && r->outcome == LC_OUT_CRASH)
+        why = "the worker process ended before the cycle finished: the subject ended it (e.g. os._exit)";
     set(c, "reason", why ? lc_json_str(why) : json_null());
     set(c, "cycle", json_integer(r->begun.seq));
     set(c, "cycle_kind", lc_json_str(r->begun.kind == 'S' ? "subject" : "bare"));
@@ -165,6 +167,27 @@ static json_t *stderr_json(const lc_output *o)
     return sj;
 }
 
+static json_t *children_json(const lc_children *c)
+{
+    json_t *cj = json_object(), *ends = json_array();
+    set(cj, "total", json_integer(c->total));
+    set(cj, "failed", json_integer(c->failed));
+    for (size_t i = 0; i < c->nends; i++) {
+        const lc_child_end *e = &c->ends[i];
+        json_t *ej = json_object();
+        set(ej, "exit_status", e->signal ? json_null() : json_integer(e->exit_code));
+        set(ej, "signal", e->signal ? json_integer(e->signal) : json_null());
+        set(ej, "signal_name", e->signal ? lc_json_str(lc_signal_name(e->signal)) : json_null());
+        set(ej, "count", json_integer(e->count));
+        set(ej, "first_cycle", json_integer(e->first_cycle));
+        set(ej, "first_pid", json_integer(e->first_pid));
+        json_array_append_new(ends, ej);
+    }
+    set(cj, "ends", ends);
+    set(cj, "other_ends", json_integer(c->other_ends));
+    return cj;
+}
+
 /* What was asked: the config, the subject, the run. */
 static void request_json(json_t *o, const lc_request *q)
 {
@@ -220,6 +243,7 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
     findings_json(o, q, r, a);
     set(o, "verdict", lc_json_str(lc_run_verdict(r, a)));
     set(o, "subject_stderr", stderr_json(&r->err));
+    set(o, "children", children_json(&r->children));
     json_t *lm = json_array();
     for (size_t i = 0; i < LC_NMETERS; i++)
         if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, lc_json_str(a->m[i].def->name));

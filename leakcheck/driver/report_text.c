@@ -157,17 +157,17 @@ static void print_output_tail(FILE *f, const char *p)
     }
 }
 
-/* What the worker's exit status says the subject did, or NULL. */
-const char *lc_worker_exit_text(int status)
+const char *lc_broken_text(const lc_run *r)
 {
-    switch (status) {
+    int said = r->broken ? r->broken : r->err.broken;
+    if (r->signal || !said || said != r->exit_status) return NULL;
+    switch (said) {
     case LC_WK_EXIT_RECORD_CLOSED: return "the subject closed the tool's record pipe (file descriptor 3)";
     case LC_WK_EXIT_RECORD_REPLACED:
         return "the subject replaced the tool's record pipe (file descriptor 3: closed and reopened, or dup2 over it)";
     case LC_WK_EXIT_STDERR_CLOSED: return "the subject closed the worker's stderr (file descriptor 2)";
     case LC_WK_EXIT_STDERR_REPLACED:
         return "the subject replaced the worker's stderr (file descriptor 2: closed and reopened, or dup2 over it)";
-    case LC_WK_EXIT_DRIVER_GONE: return "a record could not be written (the record pipe failed)";
     }
     return NULL;
 }
@@ -183,12 +183,17 @@ static void print_crash(FILE *f, const lc_run *r)
     else if (r->signal)
         fprintf(f, "CRASH: the worker was killed by signal %d (%s) in cycle %ld (%s, round %ld, %s)\n", r->signal,
                 lc_signal_name(r->signal), r->begun.seq, what, round + 1, phase);
-    else if (lc_worker_exit_text(r->exit_status))
-        fprintf(f, "BROKEN: %s in cycle %ld (%s, round %ld, %s): the worker could not go on\n",
-                lc_worker_exit_text(r->exit_status), r->begun.seq, what, round + 1, phase);
+    else if (lc_broken_text(r))
+        fprintf(f, "BROKEN: %s in cycle %ld (%s, round %ld, %s): the worker could not go on\n", lc_broken_text(r),
+                r->begun.seq, what, round + 1, phase);
     else
-        fprintf(f, "CRASH: the worker exited with status %d without finishing, in cycle %ld (%s, round %ld, %s)\n",
-                r->exit_status, r->begun.seq, what, round + 1, phase);
+        fprintf(f, "EXIT: the worker process ended with exit status %d in cycle %ld (%s, round %ld, %s) before the\n"
+                   "  cycle finished: the subject ended the process (e.g. os._exit(%d)); its cycles are not all judged\n",
+                r->exit_status, r->begun.seq, what, round + 1, phase, r->exit_status);
+    if (!r->signal && !lc_broken_text(r) && r->exit_status >= LC_WK_EXIT_RECORD_CLOSED
+        && r->exit_status <= LC_WK_EXIT_STDERR_REPLACED)
+        fprintf(f, "  (%d is also the worker's status for a broken record pipe or stderr, unconfirmed: the subject\n"
+                   "  may have closed both fd 2 and fd 3)\n", r->exit_status);
     if (!r->begun.seq) fprintf(f, "  (before the first cycle began: while starting CPython)\n");
     if (r->ncyc) print_last_cycles(f, r);
     if (r->output_tail[0]) print_output_tail(f, r->output_tail);
@@ -227,6 +232,24 @@ static void print_subject_stderr(FILE *f, const lc_run *r)
                 lc_plural(o->more_distinct));
 }
 
+/* How the processes the subject forked ended. */
+static void print_children(FILE *f, const lc_run *r)
+{
+    const lc_children *c = &r->children;
+    if (!c->total) return;
+    fprintf(f, "\nchildren of the subject (forked; the worker is their reaper): %ld ended, %ld not with exit 0\n",
+            c->total, c->failed);
+    for (size_t i = 0; i < c->nends; i++) {
+        const lc_child_end *e = &c->ends[i];
+        char how[160];
+        if (e->signal) snprintf(how, sizeof how, "killed by signal %d (%s)", e->signal, lc_signal_name(e->signal));
+        else snprintf(how, sizeof how, "exit status %d", e->exit_code);
+        fprintf(f, "  %5ld %-40s %s (first: pid %ld, collected after cycle %ld)\n", e->count, how,
+                e->exit_code ? "FAILED" : "ok", e->first_pid, e->first_cycle);
+    }
+    if (c->other_ends) fprintf(f, "  ... %ld more with other ends\n", c->other_ends);
+}
+
 /* The head of the report: the Python, the config, the subject, the run. */
 static void print_header(FILE *f, const lc_request *q, const lc_run *r, const analysis *a)
 {
@@ -259,6 +282,9 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
 static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paired)
 {
     fprintf(f, "verdict: ");
+    if (r->children.failed)
+        fprintf(f, "CHILD FAILED: %ld of the subject's %ld forked children did not exit 0 (see above)\n         ",
+                r->children.failed, r->children.total);
     if (r->err.leak_reports) {
         fprintf(f, "LEAK: pyfini reported %ld leak%s on the subject's stderr (tracked objects still alive at "
                    "POST_SHUTDOWN)%s\n", r->err.leak_reports, lc_plural(r->err.leak_reports),
@@ -302,6 +328,7 @@ void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analys
     else fprintf(f, "(no judged cycle finished)\n");
     if (q->where && r->outcome == LC_OUT_DONE) print_where(f, r, a);
     print_subject_stderr(f, r);
+    print_children(f, r);
     fprintf(f, "\n");
     if (r->outcome == LC_OUT_CRASH || r->outcome == LC_OUT_HANG) {
         print_crash(f, r);

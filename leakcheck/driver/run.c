@@ -68,6 +68,7 @@ static void take_info(lc_run *r, const char *key, const char *val)
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         if (!strcmp(key, fields[i].key)) lc_scopy((char *)r + fields[i].off, fields[i].size, val);
     if (!strcmp(key, "debug")) r->debug = atoi(val);
+    if (!strcmp(key, "broken")) r->broken = atoi(val);
     if (!strcmp(key, "ignored_environment")) {
         size_t l = strlen(r->ignored_env);
         snprintf(r->ignored_env + l, sizeof r->ignored_env - l, "%s%s", l ? " " : "", val);
@@ -133,6 +134,24 @@ static void take_extension(lc_run *r, const lc_record *rec)
     r->nextensions++;
 }
 
+static void take_child(lc_run *r, const lc_record *rec)
+{
+    lc_children *c = &r->children;
+    int ex = rec->u.child.exit_code, sig = rec->u.child.signal;
+    c->total++;
+    if (ex != 0) c->failed++;
+    for (size_t i = 0; i < c->nends; i++)
+        if (c->ends[i].exit_code == ex && c->ends[i].signal == sig) {
+            c->ends[i].count++;
+            return;
+        }
+    if (c->nends == LC_CHILD_ENDS_MAX) {
+        c->other_ends++;
+        return;
+    }
+    c->ends[c->nends++] = (lc_child_end){ex, sig, 1, rec->u.child.seq, rec->u.child.pid};
+}
+
 static void take_error(lc_run *r, const lc_record *rec)
 {
     lc_scopy(r->error_kind, sizeof r->error_kind, lc_error_kind_name(rec->u.error.kind));
@@ -161,6 +180,7 @@ static void handle_line(lc_run *r, const char *line)
     case 'F':
     case 'P': take_site_text(r, &rec); break;
     case 'X': take_extension(r, &rec); break;
+    case 'K': take_child(r, &rec); break;
     case 'E': take_error(r, &rec); break;
     case 'D': r->outcome = LC_OUT_DONE; break;
     }

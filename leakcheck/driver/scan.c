@@ -41,7 +41,7 @@ static void crash_cell(scan_cell *c, const lc_run *r)
     c->severity = SEV_CRASH;
     if (r->signal)
         snprintf(c->status, sizeof c->status, "CRASH %s", sigabbrev_np(r->signal) ? sigabbrev_np(r->signal) : "?");
-    else if (lc_worker_exit_text(r->exit_status)) snprintf(c->status, sizeof c->status, "BROKE fds");
+    else if (lc_broken_text(r)) snprintf(c->status, sizeof c->status, "BROKE fds");
     else snprintf(c->status, sizeof c->status, "CRASH exit %d", r->exit_status);
     const char *t = r->output_tail;
     size_t end = strlen(t);

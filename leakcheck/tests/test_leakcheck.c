@@ -396,6 +396,58 @@ START_TEST(test_subject_closes_fds)
 }
 END_TEST
 
+/* A subject that forks (issue 10): in a sub-interpreter every child dies in
+ * PyOS_AfterFork_Child (_PyInterpreterState_DeleteExceptMain: "not main
+ * interpreter").  The worker reaps them (PR_SET_CHILD_SUBREAPER), the report
+ * says how each ended, a child that did not exit 0 fails the run (exit 3);
+ * no child writes a record (the cycles finished are the worker's). */
+START_TEST(test_forking_subject)
+{
+    result r = run_tool((const char *[]){"--code", "import os; os.fork()", "--no-baseline", "--cycles", "4", "--warmup",
+                                         "0", "--json", NULL});
+    ck_assert_msg(json_is_object(r.json), "exit %d\n%s", r.status, tail(r.err));
+    json_t *c = json_object_get(r.json, "children");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "total")), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.json, "cycles_finished")), 4);
+    json_int_t failed = json_integer_value(json_object_get(c, "failed"));
+    json_t *e0 = json_array_get(json_object_get(c, "ends"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(e0, "first_cycle")), 1);
+    if (failed) {
+        ck_assert_msg(r.status == 3, "children failed: exit %d, expected 3", r.status);
+        ck_assert_str_eq(json_string_value(json_object_get(r.json, "verdict")), "child failed");
+    }
+    /* what CPython says of it is in the summary of the subject's stderr */
+    ck_assert_msg(json_integer_value(json_object_get(stderr_of(&r), "fatal_errors")) > 0 || !failed,
+                  "no Fatal Python error seen:\n%s", tail(r.out));
+    free_result(&r);
+    r = run_tool((const char *[]){"--code", "import os; os.fork()", "--no-baseline", "--cycles", "4", "--warmup", "0",
+                                  NULL});
+    ck_assert_msg(strstr(r.out, "children of the subject (forked; the worker is their reaper): 4 ended"), "report:\n%s",
+                  tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
+/* A subject that ends the process itself: os._exit(0) or os._exit(3) in
+ * cycle 3 is said as such, exit 3, never read as a finished run. */
+START_TEST(test_subject_exits)
+{
+    static const char *const codes[] = {"0", "3", "10"};
+    for (size_t i = 0; i < 3; i++) {
+        char action[32];
+        snprintf(action, sizeof action, "os._exit(%s)", codes[i]);
+        char *code = in_cycle(3, action);
+        result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", NULL});
+        char want[160];
+        snprintf(want, sizeof want, "EXIT: the worker process ended with exit status %s in cycle 3", codes[i]);
+        ck_assert_msg(r.status == 3, "%s: exit %d, expected 3", action, r.status);
+        ck_assert_msg(strstr(r.out, want) && !strstr(r.out, "BROKEN"), "%s: report:\n%s", action, tail(r.out));
+        free_result(&r);
+        free(code);
+    }
+}
+END_TEST
+
 /* 3.11 has only legacy interpreters: asking for another config is a usage error */
 START_TEST(test_config_needs_312)
 {
@@ -843,6 +895,8 @@ int main(void)
         {"too_few_cycles", test_too_few_cycles, 60},
         {"python_too_old", test_python_too_old, 60},
         {"subject_closes_fds", test_subject_closes_fds, 120},
+        {"forking_subject", test_forking_subject, 120},
+        {"subject_exits", test_subject_exits, 120},
         {"pyfini_leak_report", test_pyfini_leak_report, 120},
         {"subject_stderr_summary", test_subject_stderr_summary, 120},
         {"config_needs_312", test_config_needs_312, 60},
