@@ -134,6 +134,7 @@ enum lc_outcome {
     LC_OUT_CRASH,       /* killed by a signal or exited without D/E */
     LC_OUT_HANG,        /* no record within the timeout: killed */
     LC_OUT_SPAWN,       /* could not start the worker */
+    LC_OUT_INTERRUPTED, /* SIGINT or SIGTERM to the driver: the worker was killed */
 };
 
 #define LC_TAIL_MAX 4096
@@ -164,6 +165,7 @@ typedef struct lc_run {
     int error_refused;     /* the E record's refused flag */
     char error[LC_MESSAGE_MAX];
     int exit_status;    /* worker exit status, -1 if signalled */
+    int interrupted;    /* the signal that interrupted the run, 0 none */
     int broken;         /* the worker's "broken" I record: its exit status (see LC_STDERR_BROKEN) */
     int signal;         /* terminating signal or 0 */
     char output_tail[LC_TAIL_MAX];   /* last bytes of the worker's stdout+stderr */
@@ -174,6 +176,7 @@ typedef struct lc_run {
 /* Run q's worker (q->worker) to its end; timeout in seconds per record. */
 void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress);
 void lc_run_free(lc_run *r);
+int lc_interrupted(void);   /* SIGINT or SIGTERM received (its number), 0 none */
 
 /* --- meters and judgement (analyse.c) ------------------------------------ */
 typedef struct lc_meter_def {

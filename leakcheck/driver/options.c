@@ -128,6 +128,8 @@ static void help_output(void)
         "     replaced the tool's record pipe (fd 3) or the worker's stderr (fd 2); or a\n"
         "     process it forked did not exit 0: the report says which, in which cycle\n"
         "  4  not judged: the run finished but no bytes meter could judge\n"
+        "  5  interrupted (SIGINT, SIGTERM): the report of the finished cycles, marked\n"
+        "     INTERRUPTED, not a verdict; the worker is killed\n"
         "A progress line is shown on a terminal only.\n", LC_SITES_PER_DOMAIN,
         lc_schedule_min_cycles(1, 1));
 }

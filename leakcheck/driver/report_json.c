@@ -244,6 +244,15 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
     set(o, "verdict", lc_json_str(lc_run_verdict(r, a)));
     set(o, "subject_stderr", stderr_json(&r->err));
     set(o, "children", children_json(&r->children));
+    if (r->outcome == LC_OUT_INTERRUPTED) {
+        json_t *ij = json_object();
+        set(ij, "signal", json_integer(r->interrupted));
+        set(ij, "signal_name", lc_json_str(lc_signal_name(r->interrupted)));
+        set(ij, "cycles_planned", json_integer(lc_schedule_length(&r->sched)));
+        set(o, "interrupted", ij);
+    } else {
+        set(o, "interrupted", json_null());
+    }
     json_t *lm = json_array();
     for (size_t i = 0; i < LC_NMETERS; i++)
         if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, lc_json_str(a->m[i].def->name));

@@ -336,6 +336,10 @@ void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analys
         print_subject(f, q);
         fprintf(f, ", config %s, CPython %s%s; figures above: %zu cycle%s finished\n", q->config->name, r->version,
                 r->abiflags, r->ncyc, lc_plural((long long)r->ncyc));
+    } else if (r->outcome == LC_OUT_INTERRUPTED) {
+        fprintf(f, "INTERRUPTED by signal %d (%s) after %zu of %ld cycles: the figures above are those of the\n"
+                   "finished cycles, not a verdict; the worker was killed\n",
+                r->interrupted, lc_signal_name(r->interrupted), r->ncyc, lc_schedule_length(&r->sched));
     } else {
         print_verdict(f, r, a, lc_paired(q));
     }

@@ -42,6 +42,23 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elsize)
     return q;
 }
 
+/* --- SIGINT, SIGTERM: the run ends, its finished cycles are reported ------- */
+static volatile sig_atomic_t lc_interrupt_signal;
+
+static void on_interrupt(int sig) { lc_interrupt_signal = sig; }
+
+int lc_interrupted(void) { return lc_interrupt_signal; }
+
+static void catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;   /* no SA_RESTART: poll() returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 /* --- records -> lc_run ----------------------------------------------------- */
 static void progress(lc_run *r)
 {
@@ -299,6 +316,7 @@ static int gather(lc_run *r, const int fds[3])
     int open_[3] = {1, 1, 1}, hung = 0;
     double last = mono_s(), rec_closed_at = 0;
     while (open_[0] || open_[1] || open_[2]) {
+        if (lc_interrupt_signal) break;
         if (!open_[0] && mono_s() - rec_closed_at > LC_LATE_OUTPUT_S) break;
         struct pollfd p[3];
         for (int i = 0; i < 3; i++) p[i] = (struct pollfd){open_[i] ? fds[i] : -1, POLLIN, 0};
@@ -365,11 +383,16 @@ void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress
     worker_argv(q, argv, num);
     pid_t pid;
     int fds[3];
+    catch_interrupts();
     if (spawn_worker(r, argv, &pid, fds) < 0) return;
     int hung = gather(r, fds);
-    if (hung) kill(pid, SIGKILL);
+    if (hung || lc_interrupt_signal) kill(pid, SIGKILL);
     for (int i = 0; i < 3; i++) close(fds[i]);
     finish(r, pid, hung);
+    if (lc_interrupt_signal) {
+        r->outcome = LC_OUT_INTERRUPTED;
+        r->interrupted = lc_interrupt_signal;
+    }
 }
 
 void lc_run_free(lc_run *r)

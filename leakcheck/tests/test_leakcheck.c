@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -445,6 +447,52 @@ START_TEST(test_subject_exits)
         free_result(&r);
         free(code);
     }
+}
+END_TEST
+
+/* SIGINT/SIGTERM to the driver (issue 10): the partial report of the
+ * finished cycles, marked interrupted, exit 5, and the worker ends. */
+static void expect_interrupted(int sig, int json)
+{
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    char outp[] = "/tmp/lc-test-out-XXXXXX";
+    int of = mkstemp(outp);
+    ck_assert(of >= 0);
+    unlink(outp);
+    const char *argv[] = {LC_TOOL, "--cycles", "1000000", "--no-baseline", "--warmup", "0", json ? "--json" : NULL, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, of, 1);
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, LC_TOOL, &fa, NULL, (char *const *)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    usleep(1500 * 1000);
+    kill(pid, sig);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    char *out = slurp(of);
+    close(of);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 5, "signal %d: status 0x%x, expected exit 5\n%s", sig, st, tail(out));
+    if (json) {
+        json_t *j = json_loads(out, 0, NULL);
+        ck_assert_msg(j != NULL, "not JSON:\n%s", tail(out));
+        ck_assert_str_eq(json_string_value(json_object_get(j, "verdict")), "interrupted");
+        ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "interrupted"), "signal")), sig);
+        ck_assert_int_eq(json_integer_value(json_object_get(j, "exit_status")), 5);
+        json_decref(j);
+    } else {
+        ck_assert_msg(strstr(out, "INTERRUPTED by signal") && strstr(out, "exit status 5"), "report:\n%s", tail(out));
+    }
+    free(out);
+    /* the worker ended: this test is a subreaper, so a worker that outlived
+       the driver would be our child now (waitpid 0: alive, or its pid) */
+    ck_assert_msg(waitpid(-1, &st, WNOHANG) == -1, "a process of the run outlived the driver");
+}
+
+START_TEST(test_interrupted)
+{
+    expect_interrupted(SIGTERM, 1);
+    expect_interrupted(SIGINT, 0);
 }
 END_TEST
 
@@ -897,6 +945,7 @@ int main(void)
         {"subject_closes_fds", test_subject_closes_fds, 120},
         {"forking_subject", test_forking_subject, 120},
         {"subject_exits", test_subject_exits, 120},
+        {"interrupted", test_interrupted, 60},
         {"pyfini_leak_report", test_pyfini_leak_report, 120},
         {"subject_stderr_summary", test_subject_stderr_summary, 120},
         {"config_needs_312", test_config_needs_312, 60},
