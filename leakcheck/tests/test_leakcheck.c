@@ -413,7 +413,10 @@ START_TEST(test_forking_subject)
     ck_assert_int_eq(json_integer_value(json_object_get(r.json, "cycles_finished")), 4);
     json_int_t failed = json_integer_value(json_object_get(c, "failed"));
     json_t *e0 = json_array_get(json_object_get(c, "ends"), 0);
-    ck_assert_int_eq(json_integer_value(json_object_get(e0, "first_cycle")), 1);
+    /* collected after the cycle that forked it or a later one (a child that
+       is slow to die, e.g. under ASan, is collected later) */
+    json_int_t first = json_integer_value(json_object_get(e0, "first_cycle"));
+    ck_assert_msg(first >= 1 && first <= 4, "first_cycle %lld", (long long)first);
     if (failed) {
         ck_assert_msg(r.status == 3, "children failed: exit %d, expected 3", r.status);
         ck_assert_str_eq(json_string_value(json_object_get(r.json, "verdict")), "child failed");
