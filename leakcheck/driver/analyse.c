@@ -130,6 +130,7 @@ void lc_analyse(const lc_run *r, analysis *a, double max_bytes)
         }
         judge_meter(r, m, m->def->bytes ? max_bytes : 0, paired, xs, xb, xe);
         if (m->verdict == LC_LEAK && m->def->bytes) a->leak = 1;
+        if (m->verdict == LC_NO_LEAK && m->def->bytes) a->bytes_no_leak = 1;
         if (m->verdict == LC_INCONCLUSIVE) a->inconclusive = 1;
     }
     free(xs);
@@ -141,10 +142,29 @@ int lc_exit_status(const lc_run *r, const analysis *a)
 {
     switch (r->outcome) {
     case LC_OUT_ERROR:
-    case LC_OUT_SPAWN: return 2;
+    case LC_OUT_SPAWN: return LC_EXIT_USAGE;
     case LC_OUT_CRASH:
-    case LC_OUT_HANG: return 3;
-    case LC_OUT_DONE: return a->leak ? 1 : 0;
+    case LC_OUT_HANG: return LC_EXIT_CRASH;
+    case LC_OUT_INTERRUPTED: return LC_EXIT_INTERRUPTED;
+    case LC_OUT_DONE:
+        if (r->children.failed) return LC_EXIT_CRASH;
+        if (a->leak || r->err.leak_reports) return LC_EXIT_LEAK;
+        return a->bytes_no_leak ? LC_EXIT_NO_LEAK : LC_EXIT_NOT_JUDGED;
     }
-    return 3;
+    return LC_EXIT_CRASH;
+}
+
+/* The rule of the verdict: LEAK if a bytes meter judged LEAK or pyfini
+ * reported a leak on the subject's stderr; "no leak" only
+ * if at least one bytes meter judged "no leak" (the exact py* meters decide
+ * when rss and malloc are noisy); otherwise "not judged". */
+const char *lc_run_verdict(const lc_run *r, const analysis *a)
+{
+    if (r->outcome == LC_OUT_CRASH) return "crash";
+    if (r->outcome == LC_OUT_HANG) return "hang";
+    if (r->outcome == LC_OUT_INTERRUPTED) return "interrupted";
+    if (r->outcome != LC_OUT_DONE) return "error";
+    if (r->children.failed) return "child failed";
+    if (a->leak || r->err.leak_reports) return "LEAK";
+    return a->bytes_no_leak ? "no leak" : "not judged";
 }

@@ -15,13 +15,13 @@ static void print_header(const lc_run *r)
            "verdict");
 }
 
-/* One line of the table; returns the exit status it contributes (0, 1, 3). */
+/* One line of the table; returns the exit status it contributes (0, 1, 3, 4). */
 static int print_line(const char *label, const lc_run *r, int subject)
 {
     if (r->outcome != LC_OUT_DONE) {
         if (r->outcome == LC_OUT_ERROR) printf("%-24s not run: %s\n", label, r->error);
-        else printf("%-24s %s\n", label, r->outcome == LC_OUT_HANG ? "HANG" : "CRASH");
-        return r->outcome == LC_OUT_ERROR ? 0 : 3;
+        else printf("%-24s %s\n", label, r->outcome == LC_OUT_HANG ? "HANG" : lc_run_verdict(r, NULL));
+        return r->outcome == LC_OUT_ERROR ? 0 : r->outcome == LC_OUT_INTERRUPTED ? LC_EXIT_INTERRUPTED : LC_EXIT_CRASH;
     }
     analysis a;
     lc_analyse(r, &a, 0);
@@ -34,8 +34,14 @@ static int print_line(const char *label, const lc_run *r, int subject)
         snprintf(cols[k], sizeof cols[k], "%s %s", v, lc_verdict_mark(m));
     }
     double ms = subject ? a.time_subject_ms : a.time_bare_ms;
-    printf("%-24s %9.2f  %-20s %-20s %-20s %s\n", label, ms, cols[0], cols[1], cols[2], a.leak ? "LEAK" : "no leak");
-    return a.leak ? 1 : 0;
+    printf("%-24s %9.2f  %-20s %-20s %-20s %s\n", label, ms, cols[0], cols[1], cols[2], lc_run_verdict(r, &a));
+    return lc_exit_status(r, &a);
+}
+
+/* the worst of the lines: crash, then LEAK, then not judged, then no leak */
+static int rank(int status)
+{
+    return status == LC_EXIT_CRASH ? 3 : status == LC_EXIT_LEAK ? 2 : status == LC_EXIT_NOT_JUDGED ? 1 : 0;
 }
 
 int lc_demo(const lc_request *q)
@@ -61,8 +67,12 @@ int lc_demo(const lc_request *q)
         snprintf(label, sizeof label, "%s %s", d.config->name, runs[i].import ? "--import json" : "bare");
         if (!header && r.version[0]) print_header(&r), header = 1;
         int st = print_line(label, &r, d.nimports);
-        if (st > worst) worst = st;
+        if (rank(st) > rank(worst)) worst = st;
         lc_run_free(&r);
+        if (lc_interrupted()) {
+            printf("INTERRUPTED by signal %d (%s)\n", lc_interrupted(), lc_signal_name(lc_interrupted()));
+            return LC_EXIT_INTERRUPTED;
+        }
     }
     printf("\nper cycle: least-squares slope over the judged cycles (for --import json: beyond the bare cycle).\n"
            "ok / LEAK / ? = no leak / LEAK / inconclusive for that meter.  Details of one line:\n"

@@ -3,6 +3,7 @@
  *   main.c         the request from the options, then one check, --demo or --scan
  *   options.c      options -> lc_request (usage errors, --help)
  *   run.c          start one worker for a request, decode its records into an lc_run
+ *   output.c       the subject's stderr: pyfini's leak reports parsed, other lines summarised
  *   analyse.c      the meters, and an lc_run judged per meter (stats.c: the statistics)
  *   report_text.c  the report on a terminal
  *   report_json.c  --json
@@ -73,12 +74,67 @@ typedef struct lc_meter_avail {
     char how[300];
 } lc_meter_avail;
 
+/* What the subject wrote on the worker's stderr (output.c), in bounded memory. */
+#define LC_OUTPUT_LINE_MAX 512       /* a line is kept up to this many bytes */
+#define LC_OUTPUT_DISTINCT_MAX 20    /* distinct lines kept, with their counts */
+#define LC_OUTPUT_HASHES_MAX 65536   /* distinct lines counted beyond those (then "at least") */
+#define LC_LEAK_REPORTS_MAX 10       /* distinct pyfini leak reports kept (state, object count) */
+#define LC_LEAK_TYPES_MAX 8          /* type names kept per leak report */
+typedef struct lc_leak_report {
+    char state[256];
+    long long interpreter;    /* of its first report */
+    long objects;             /* tracked objects still alive at POST_SHUTDOWN */
+    long first_cycle, count;  /* the cycle of the first report, reports in all */
+    int ntypes;
+    char types[LC_LEAK_TYPES_MAX][128];   /* "type mylib.Node", "mylib.Node object" */
+} lc_leak_report;
+typedef struct lc_output_line {
+    char text[LC_OUTPUT_LINE_MAX];   /* addresses normalised to 0x... */
+    const char *kind;                /* "fatal error", "exception ignored", "warning", "traceback", "other" */
+    long count, first_cycle;         /* cycle 0: before the first cycle */
+} lc_output_line;
+typedef struct lc_output {
+    long cycle;                      /* the cycle being written (last marker) */
+    long lines;                      /* non-empty lines in all */
+    long leak_reports, leak_reports_dropped;
+    lc_leak_report leaks[LC_LEAK_REPORTS_MAX];
+    size_t nleaks;
+    int in_report;                   /* 1 + index of the report whose " - " lines follow */
+    lc_output_line distinct[LC_OUTPUT_DISTINCT_MAX];
+    size_t ndistinct;
+    long more_distinct;              /* distinct lines beyond distinct[] */
+    int more_saturated;              /* ... at least that many */
+    long fatal_errors;               /* "Fatal Python error" lines */
+    int broken;                      /* the worker's LC_STDERR_BROKEN line: its exit status */
+    uint64_t *hashes;
+    size_t nhashes;
+    char partial[LC_OUTPUT_LINE_MAX];
+    size_t npartial;
+} lc_output;
+void lc_output_feed(lc_output *o, const char *buf, size_t n, void (*each)(void *, const char *), void *arg);
+void lc_output_end(lc_output *o, void (*each)(void *, const char *), void *arg);
+void lc_output_free(lc_output *o);
+
+/* How the subject's children ended (K records), by distinct end. */
+#define LC_CHILD_ENDS_MAX 16
+typedef struct lc_child_end {
+    int exit_code, signal;        /* exit -1: killed by signal */
+    long count, first_cycle, first_pid;
+} lc_child_end;
+typedef struct lc_children {
+    long total, failed;           /* failed: not exit 0 */
+    lc_child_end ends[LC_CHILD_ENDS_MAX];
+    size_t nends;
+    long other_ends;              /* children whose end is beyond ends[] */
+} lc_children;
+
 enum lc_outcome {
     LC_OUT_DONE,        /* D record */
     LC_OUT_ERROR,       /* E record (bad input, subject raised, config refused) */
     LC_OUT_CRASH,       /* killed by a signal or exited without D/E */
     LC_OUT_HANG,        /* no record within the timeout: killed */
     LC_OUT_SPAWN,       /* could not start the worker */
+    LC_OUT_INTERRUPTED, /* SIGINT or SIGTERM to the driver: the worker was killed */
 };
 
 #define LC_TAIL_MAX 4096
@@ -109,13 +165,18 @@ typedef struct lc_run {
     int error_refused;     /* the E record's refused flag */
     char error[LC_MESSAGE_MAX];
     int exit_status;    /* worker exit status, -1 if signalled */
+    int interrupted;    /* the signal that interrupted the run, 0 none */
+    int broken;         /* the worker's "broken" I record: its exit status (see LC_STDERR_BROKEN) */
     int signal;         /* terminating signal or 0 */
     char output_tail[LC_TAIL_MAX];   /* last bytes of the worker's stdout+stderr */
+    lc_output err;      /* the worker's stderr: what the subject said */
+    lc_children children;   /* processes the subject forked, and how they ended */
 } lc_run;
 
 /* Run q's worker (q->worker) to its end; timeout in seconds per record. */
 void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress);
 void lc_run_free(lc_run *r);
+int lc_interrupted(void);   /* SIGINT or SIGTERM received (its number), 0 none */
 
 /* --- meters and judgement (analyse.c) ------------------------------------ */
 typedef struct lc_meter_def {
@@ -143,6 +204,7 @@ typedef struct analysis {
     double time_subject_ms, time_bare_ms;
     long n_subject, n_bare, rounds_judged;
     int leak;                      /* a bytes meter judged LEAK */
+    int bytes_no_leak;             /* a bytes meter judged "no leak" */
     int inconclusive;
     int64_t obm_min, obm_max;
     double obm_mean;
@@ -153,11 +215,24 @@ void lc_analyse(const lc_run *r, analysis *a, double max_bytes);
 const meter_result *lc_meter_result(const analysis *a, int value);   /* by enum lc_value */
 
 /* --- reports ------------------------------------------------------------- */
+/* The exit statuses (--help and leakcheck/README.md list the same). */
+enum lc_exit {
+    LC_EXIT_NO_LEAK = 0,      /* a bytes meter judged "no leak", none LEAK, nothing else found */
+    LC_EXIT_LEAK = 1,         /* a bytes meter judged LEAK, or pyfini reported a leak on stderr */
+    LC_EXIT_USAGE = 2,        /* usage error, or the subject failed (raised, missing module, config refused) */
+    LC_EXIT_CRASH = 3,        /* the subject crashed, hung, broke the tool's descriptors, or a child of it failed */
+    LC_EXIT_NOT_JUDGED = 4,   /* the run finished but no bytes meter could judge: never "no leak" */
+    LC_EXIT_INTERRUPTED = 5,  /* SIGINT/SIGTERM: the partial report of the finished cycles */
+};
 int lc_exit_status(const lc_run *r, const analysis *a);
+const char *lc_run_verdict(const lc_run *r, const analysis *a);   /* "LEAK", "no leak", "not judged", "crash", ... */
 void lc_fmt_bytes(char *out, size_t n, double b, int sign);
 void lc_fmt_value(char *out, size_t n, const lc_meter_def *m, double v, int sign);
 const char *lc_verdict_mark(const meter_result *m);   /* "LEAK", "ok", "?" or "" */
 const char *lc_signal_name(int sig);
+/* What the worker's exit status says the subject did to the tool's
+ * descriptors, when the worker confirmed it (LC_STDERR_BROKEN), or NULL. */
+const char *lc_broken_text(const lc_run *r);
 void lc_config_description(char *out, size_t n, const interp_config *c);   /* "name: description" */
 void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analysis *a, int exit_status);
 void lc_print_error(const lc_request *q, const lc_run *r);   /* a run that ended with an E record */

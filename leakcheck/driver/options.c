@@ -112,9 +112,26 @@ static void help_output(void)
         "                    module (default 2 + 8), one worker process each, timeout 30 s.\n"
         "  --demo            bare legacy vs bare isolated interpreters, then --import json\n"
         "\n"
-        "Exit status: 0 no leak, 1 a bytes meter (rss, malloc, py*) judged LEAK above\n"
-        "--max-bytes-per-cycle, 2 usage error or the subject failed, 3 the subject crashed\n"
-        "or hung.  A progress line is shown on a terminal only.\n", LC_SITES_PER_DOMAIN);
+        "The run's verdict: LEAK if a bytes meter (rss, malloc, py*) judged LEAK or pyfini\n"
+        "reported a leak on the subject's stderr; \"no leak\" only if at least one bytes\n"
+        "meter judged \"no leak\" and none LEAK (the exact py* meters decide when rss and\n"
+        "malloc are inconclusive); otherwise \"not judged\" (e.g. --no-allocator-wrapper\n"
+        "with rss and malloc inconclusive): never read as a pass.\n"
+        "\n"
+        "Exit status:\n"
+        "  0  no leak\n"
+        "  1  LEAK: a bytes meter judged LEAK above --max-bytes-per-cycle, or pyfini's\n"
+        "     leak report on the subject's stderr\n"
+        "  2  usage error (e.g. --cycles below %ld), or the subject failed (raised,\n"
+        "     missing module, syntax error, a config the Python does not have)\n"
+        "  3  the subject crashed or hung; ended the process itself (os._exit); closed or\n"
+        "     replaced the tool's record pipe (fd 3) or the worker's stderr (fd 2); or a\n"
+        "     process it forked did not exit 0: the report says which, in which cycle\n"
+        "  4  not judged: the run finished but no bytes meter could judge\n"
+        "  5  interrupted (SIGINT, SIGTERM): the report of the finished cycles, marked\n"
+        "     INTERRUPTED, not a verdict; the worker is killed\n"
+        "A progress line is shown on a terminal only.\n", LC_SITES_PER_DOMAIN,
+        lc_schedule_min_cycles(1, 1));
 }
 
 static void help(void)
@@ -209,6 +226,10 @@ static void apply_option(lc_request *q, int c, char **argv)
 /* Options that do not go together, and a --file that cannot be read. */
 static void check_request(const lc_request *q)
 {
+    long min = lc_schedule_min_cycles(lc_has_subject(q) || q->scan || q->demo, q->baseline);
+    if (q->cycles_set && q->cycles < min)
+        lc_usage_error("--cycles %ld is too few to judge: a verdict needs at least %ld judged cycles "
+                       "(%d samples per meter)", q->cycles, min, LC_MIN_SAMPLES);
     if (q->file && access(q->file, R_OK) != 0) lc_usage_error("--file %s: %s", q->file, strerror(errno));
     if (q->where && q->no_wrapper) lc_usage_error("--where needs the allocator wrapper: drop --no-allocator-wrapper");
     if (q->scan && (q->code || q->file)) lc_usage_error("--scan imports modules: --code and --file do not apply");

@@ -119,6 +119,10 @@ static int config_version(const char *config, char *ver, size_t vn, char *abi, s
     return ok;
 }
 
+#define LC_PY_MIN_MINOR 11   /* pyfini needs CPython 3.11 or newer */
+
+static int too_old(int major, int minor) { return major < 3 || (major == 3 && minor < LC_PY_MIN_MINOR); }
+
 /* A path to a python3.X-config: its version and ABI flags. */
 static int config_from_path(const char *want, char *out, size_t n, char *ver, char *abi, char *err, size_t errn)
 {
@@ -128,6 +132,11 @@ static int config_from_path(const char *want, char *out, size_t n, char *ver, ch
     }
     if (config_version(want, ver, 64, abi, 16) < 0) {
         snprintf(err, errn, "--python %s: does not answer like a python3.X-config (no headers?)", want);
+        return -1;
+    }
+    int major = 0, minor = 0;
+    if (sscanf(ver, "%d.%d", &major, &minor) != 2 || too_old(major, minor)) {
+        snprintf(err, errn, "--python %s: CPython %s: pyfini needs CPython 3.%d or newer", want, ver, LC_PY_MIN_MINOR);
         return -1;
     }
     snprintf(out, n, "%s", want);
@@ -140,7 +149,7 @@ typedef struct wanted {
     char name[64];             /* python3.Xd-config */
 } wanted;
 
-/* "3.12", "3.14d", "3.12.1" */
+/* "3.12", "3.14d", "3.12.1"; -1 not of that form, -2 older than 3.11 */
 static int parse_wanted(const char *want, wanted *w)
 {
     int pos = 0;
@@ -153,7 +162,9 @@ static int parse_wanted(const char *want, wanted *w)
         pos += p2;
     }
     if (want[pos] == 'd') w->dbg[0] = 'd', w->dbg[1] = 0, pos++;
-    if (want[pos] != 0 || w->major != 3 || w->minor < 11) return -1;
+    if (want[pos] != 0 || w->major < 2 || w->minor < 0) return -1;
+    if (too_old(w->major, w->minor)) return -2;
+    if (w->major != 3) return -1;
     snprintf(w->name, sizeof w->name, "python%d.%d%s-config", w->major, w->minor, w->dbg);
     return 0;
 }
@@ -187,7 +198,12 @@ static int find_config(const char *want, char *out, size_t n, char *ver, char *a
 {
     if (strchr(want, '/')) return config_from_path(want, out, n, ver, abi, err, errn);
     wanted w;
-    if (parse_wanted(want, &w) < 0) {
+    int pw = parse_wanted(want, &w);
+    if (pw == -2) {
+        snprintf(err, errn, "--python %s: pyfini needs CPython 3.%d or newer", want, LC_PY_MIN_MINOR);
+        return -1;
+    }
+    if (pw < 0) {
         snprintf(err, errn, "--python '%s': expected X.Y, X.Y.Z, X.Yd (debug build) or a path to python3.X-config",
                  want);
         return -1;

@@ -77,6 +77,10 @@ static json_t *crash_json(const lc_run *r)
     set(c, "signal", r->signal ? json_integer(r->signal) : json_null());
     set(c, "signal_name", r->signal ? lc_json_str(lc_signal_name(r->signal)) : json_null());
     set(c, "exit_status", r->exit_status >= 0 ? json_integer(r->exit_status) : json_null());
+    const char *why = lc_broken_text(r);
+    if (!why && !r->signal && r->outcome == LC_OUT_CRASH)
+        why = "the worker process ended before the cycle finished: the subject ended it (e.g. os._exit)";
+    set(c, "reason", why ? lc_json_str(why) : json_null());
     set(c, "cycle", json_integer(r->begun.seq));
     set(c, "cycle_kind", lc_json_str(r->begun.kind == 'S' ? "subject" : "bare"));
     set(c, "round", json_integer(r->begun.seq ? r->begun.round + 1 : 0));
@@ -125,6 +129,63 @@ static json_t *site_json(const lc_site *s)
     for (int k = 0; k < s->npyframes; k++) json_array_append_new(pf, lc_json_str(s->pyframes[k]));
     set(sj, "python_frames", pf);
     return sj;
+}
+
+/* What the subject wrote on stderr (output.c). */
+static json_t *stderr_json(const lc_output *o)
+{
+    json_t *sj = json_object(), *leaks = json_array(), *lines = json_array();
+    set(sj, "lines", json_integer(o->lines));
+    set(sj, "pyfini_leak_reports", json_integer(o->leak_reports));
+    for (size_t i = 0; i < o->nleaks; i++) {
+        const lc_leak_report *L = &o->leaks[i];
+        json_t *lj = json_object(), *types = json_array();
+        set(lj, "state", lc_json_str(L->state));
+        set(lj, "interpreter", json_integer(L->interpreter));
+        set(lj, "objects", json_integer(L->objects));
+        set(lj, "first_cycle", json_integer(L->first_cycle));
+        set(lj, "reports", json_integer(L->count));
+        for (int k = 0; k < L->ntypes; k++) json_array_append_new(types, lc_json_str(L->types[k]));
+        set(lj, "types", types);
+        json_array_append_new(leaks, lj);
+    }
+    set(sj, "pyfini_leaks", leaks);
+    set(sj, "pyfini_leak_reports_of_other_states", json_integer(o->leak_reports_dropped));
+    for (size_t i = 0; i < o->ndistinct; i++) {
+        const lc_output_line *d = &o->distinct[i];
+        json_t *dj = json_object();
+        set(dj, "text", lc_json_str(d->text));
+        set(dj, "kind", lc_json_str(d->kind));
+        set(dj, "count", json_integer(d->count));
+        set(dj, "first_cycle", json_integer(d->first_cycle));
+        json_array_append_new(lines, dj);
+    }
+    set(sj, "distinct_lines", lines);
+    set(sj, "more_distinct_lines", json_integer(o->more_distinct));
+    set(sj, "more_distinct_lines_at_least", json_boolean(o->more_saturated));
+    set(sj, "fatal_errors", json_integer(o->fatal_errors));
+    return sj;
+}
+
+static json_t *children_json(const lc_children *c)
+{
+    json_t *cj = json_object(), *ends = json_array();
+    set(cj, "total", json_integer(c->total));
+    set(cj, "failed", json_integer(c->failed));
+    for (size_t i = 0; i < c->nends; i++) {
+        const lc_child_end *e = &c->ends[i];
+        json_t *ej = json_object();
+        set(ej, "exit_status", e->signal ? json_null() : json_integer(e->exit_code));
+        set(ej, "signal", e->signal ? json_integer(e->signal) : json_null());
+        set(ej, "signal_name", e->signal ? lc_json_str(lc_signal_name(e->signal)) : json_null());
+        set(ej, "count", json_integer(e->count));
+        set(ej, "first_cycle", json_integer(e->first_cycle));
+        set(ej, "first_pid", json_integer(e->first_pid));
+        json_array_append_new(ends, ej);
+    }
+    set(cj, "ends", ends);
+    set(cj, "other_ends", json_integer(c->other_ends));
+    return cj;
 }
 
 /* What was asked: the config, the subject, the run. */
@@ -180,11 +241,18 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
     set(o, "python", lc_python_json(q, r));
     request_json(o, q);
     findings_json(o, q, r, a);
-    const char *verdict = "no leak";
-    if (r->outcome == LC_OUT_CRASH) verdict = "crash";
-    else if (r->outcome == LC_OUT_HANG) verdict = "hang";
-    else if (a->leak) verdict = "LEAK";
-    set(o, "verdict", lc_json_str(verdict));
+    set(o, "verdict", lc_json_str(lc_run_verdict(r, a)));
+    set(o, "subject_stderr", stderr_json(&r->err));
+    set(o, "children", children_json(&r->children));
+    if (r->outcome == LC_OUT_INTERRUPTED) {
+        json_t *ij = json_object();
+        set(ij, "signal", json_integer(r->interrupted));
+        set(ij, "signal_name", lc_json_str(lc_signal_name(r->interrupted)));
+        set(ij, "cycles_planned", json_integer(lc_schedule_length(&r->sched)));
+        set(o, "interrupted", ij);
+    } else {
+        set(o, "interrupted", json_null());
+    }
     json_t *lm = json_array();
     for (size_t i = 0; i < LC_NMETERS; i++)
         if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, lc_json_str(a->m[i].def->name));

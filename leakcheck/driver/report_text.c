@@ -8,6 +8,7 @@
 
 #define LC_CRASH_CYCLES 6        /* last finished cycles shown after a crash */
 #define LC_CRASH_OUTPUT_LINES 15 /* last lines of the worker's output shown */
+#define LC_OUTPUT_SHOW 160       /* characters of a stderr line shown (--json has LC_OUTPUT_LINE_MAX) */
 
 void lc_fmt_bytes(char *out, size_t n, double b, int sign)
 {
@@ -156,6 +157,21 @@ static void print_output_tail(FILE *f, const char *p)
     }
 }
 
+const char *lc_broken_text(const lc_run *r)
+{
+    int said = r->broken ? r->broken : r->err.broken;
+    if (r->signal || !said || said != r->exit_status) return NULL;
+    switch (said) {
+    case LC_WK_EXIT_RECORD_CLOSED: return "the subject closed the tool's record pipe (file descriptor 3)";
+    case LC_WK_EXIT_RECORD_REPLACED:
+        return "the subject replaced the tool's record pipe (file descriptor 3: closed and reopened, or dup2 over it)";
+    case LC_WK_EXIT_STDERR_CLOSED: return "the subject closed the worker's stderr (file descriptor 2)";
+    case LC_WK_EXIT_STDERR_REPLACED:
+        return "the subject replaced the worker's stderr (file descriptor 2: closed and reopened, or dup2 over it)";
+    }
+    return NULL;
+}
+
 static void print_crash(FILE *f, const lc_run *r)
 {
     const char *what = r->begun.kind == 'S' ? "a subject cycle" : "a bare cycle";
@@ -167,12 +183,71 @@ static void print_crash(FILE *f, const lc_run *r)
     else if (r->signal)
         fprintf(f, "CRASH: the worker was killed by signal %d (%s) in cycle %ld (%s, round %ld, %s)\n", r->signal,
                 lc_signal_name(r->signal), r->begun.seq, what, round + 1, phase);
+    else if (lc_broken_text(r))
+        fprintf(f, "BROKEN: %s in cycle %ld (%s, round %ld, %s): the worker could not go on\n", lc_broken_text(r),
+                r->begun.seq, what, round + 1, phase);
     else
-        fprintf(f, "CRASH: the worker exited with status %d without finishing, in cycle %ld (%s, round %ld, %s)\n",
-                r->exit_status, r->begun.seq, what, round + 1, phase);
+        fprintf(f, "EXIT: the worker process ended with exit status %d in cycle %ld (%s, round %ld, %s) before the\n"
+                   "  cycle finished: the subject ended the process (e.g. os._exit(%d)); its cycles are not all judged\n",
+                r->exit_status, r->begun.seq, what, round + 1, phase, r->exit_status);
+    if (!r->signal && !lc_broken_text(r) && r->exit_status >= LC_WK_EXIT_RECORD_CLOSED
+        && r->exit_status <= LC_WK_EXIT_STDERR_REPLACED)
+        fprintf(f, "  (%d is also the worker's status for a broken record pipe or stderr, unconfirmed: the subject\n"
+                   "  may have closed both fd 2 and fd 3)\n", r->exit_status);
     if (!r->begun.seq) fprintf(f, "  (before the first cycle began: while starting CPython)\n");
     if (r->ncyc) print_last_cycles(f, r);
     if (r->output_tail[0]) print_output_tail(f, r->output_tail);
+}
+
+static void print_leak_report(FILE *f, const lc_leak_report *L)
+{
+    fprintf(f, "  PYFINI LEAK: state \"%s\": %ld tracked object%s still alive at POST_SHUTDOWN, reported %ld time%s "
+               "(first in cycle %ld, interpreter %lld)\n",
+            L->state, L->objects, lc_plural(L->objects), L->count, lc_plural(L->count), L->first_cycle,
+            L->interpreter);
+    for (int i = 0; i < L->ntypes; i++) fprintf(f, "    - %s\n", L->types[i]);
+}
+
+/* What the subject wrote on stderr: pyfini's leak reports, then the other
+ * lines, distinct, with their counts. */
+static void print_subject_stderr(FILE *f, const lc_run *r)
+{
+    const lc_output *o = &r->err;
+    if (!o->lines) {
+        fprintf(f, "\nsubject's stderr: nothing\n");
+        return;
+    }
+    fprintf(f, "\nsubject's stderr: %ld line%s (stdout is not read)\n", o->lines, lc_plural(o->lines));
+    for (size_t i = 0; i < o->nleaks; i++) print_leak_report(f, &o->leaks[i]);
+    if (o->leak_reports_dropped)
+        fprintf(f, "  ... %ld more pyfini leak report%s of other states\n", o->leak_reports_dropped,
+                lc_plural(o->leak_reports_dropped));
+    for (size_t i = 0; i < o->ndistinct; i++) {
+        const lc_output_line *d = &o->distinct[i];
+        fprintf(f, "  %5ldx from cycle %-4ld [%s] %.*s%s\n", d->count, d->first_cycle, d->kind, LC_OUTPUT_SHOW,
+                d->text, strlen(d->text) > LC_OUTPUT_SHOW ? "..." : "");
+    }
+    if (o->more_distinct)
+        fprintf(f, "  ... %s%ld more distinct line%s\n", o->more_saturated ? "at least " : "", o->more_distinct,
+                lc_plural(o->more_distinct));
+}
+
+/* How the processes the subject forked ended. */
+static void print_children(FILE *f, const lc_run *r)
+{
+    const lc_children *c = &r->children;
+    if (!c->total) return;
+    fprintf(f, "\nchildren of the subject (forked; the worker is their reaper): %ld ended, %ld not with exit 0\n",
+            c->total, c->failed);
+    for (size_t i = 0; i < c->nends; i++) {
+        const lc_child_end *e = &c->ends[i];
+        char how[160];
+        if (e->signal) snprintf(how, sizeof how, "killed by signal %d (%s)", e->signal, lc_signal_name(e->signal));
+        else snprintf(how, sizeof how, "exit status %d", e->exit_code);
+        fprintf(f, "  %5ld %-40s %s (first: pid %ld, collected after cycle %ld)\n", e->count, how,
+                e->exit_code ? "FAILED" : "ok", e->first_pid, e->first_cycle);
+    }
+    if (c->other_ends) fprintf(f, "  ... %ld more with other ends\n", c->other_ends);
 }
 
 /* The head of the report: the Python, the config, the subject, the run. */
@@ -188,8 +263,8 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
     fprintf(f, "\n");
     if (lc_paired(q))
         fprintf(f, "cycles   %ld warm-up + %ld judged rounds; a round = 1 subject + 1 bare cycle (judged: blocks of %ld\n"
-                   "         subject cycles, then %ld bare ones); judged is the subject's excess over the bare cycle\n",
-                q->warmup, q->cycles, r->sched.block, r->sched.block);
+                   "         subject cycle%s, then %ld bare one%s); judged is the subject's excess over the bare cycle\n",
+                q->warmup, q->cycles, r->sched.block, lc_plural(r->sched.block), r->sched.block, lc_plural(r->sched.block));
     else
         fprintf(f, "cycles   %ld warm-up + %ld judged %s\n", q->warmup, q->cycles,
                 lc_has_subject(q) ? "subject cycles (--no-baseline: raw figures judged)" : "bare cycles");
@@ -204,9 +279,31 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
     fprintf(f, "\n");
 }
 
-static void print_verdict(FILE *f, const analysis *a, int paired)
+static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paired)
 {
     fprintf(f, "verdict: ");
+    if (r->children.failed)
+        fprintf(f, "CHILD FAILED: %ld of the subject's %ld forked children did not exit 0 (see above)\n         ",
+                r->children.failed, r->children.total);
+    if (r->err.leak_reports) {
+        fprintf(f, "LEAK: pyfini reported %ld leak%s on the subject's stderr (tracked objects still alive at "
+                   "POST_SHUTDOWN)%s\n", r->err.leak_reports, lc_plural(r->err.leak_reports),
+                a->leak ? "; and the meters:" : "");
+        if (!a->leak) return;
+        fprintf(f, "         ");
+    }
+    if (!a->leak && !a->bytes_no_leak) {
+        fprintf(f, "not judged: no bytes meter (rss, malloc, py*) judged \"no leak\" or LEAK:");
+        const char *sep = " ";
+        for (size_t i = 0; i < LC_NMETERS; i++) {
+            const meter_result *m = &a->m[i];
+            if (!m->def->bytes) continue;
+            fprintf(f, "%s%s %s", sep, m->def->name, m->available ? lc_verdict_name(m->verdict) : "unavailable");
+            sep = ", ";
+        }
+        fprintf(f, "\n");
+        return;
+    }
     if (!a->leak) {
         fprintf(f, "no leak%s\n", a->inconclusive ? " (some meters inconclusive: see above)" : "");
         return;
@@ -230,15 +327,21 @@ void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analys
     if (a->rounds_judged) print_meter_table(f, a, lc_paired(q));
     else fprintf(f, "(no judged cycle finished)\n");
     if (q->where && r->outcome == LC_OUT_DONE) print_where(f, r, a);
+    print_subject_stderr(f, r);
+    print_children(f, r);
     fprintf(f, "\n");
     if (r->outcome == LC_OUT_CRASH || r->outcome == LC_OUT_HANG) {
         print_crash(f, r);
         fprintf(f, "subject: ");
         print_subject(f, q);
-        fprintf(f, ", config %s, CPython %s%s; figures above: %zu cycles finished\n", q->config->name, r->version,
-                r->abiflags, r->ncyc);
+        fprintf(f, ", config %s, CPython %s%s; figures above: %zu cycle%s finished\n", q->config->name, r->version,
+                r->abiflags, r->ncyc, lc_plural((long long)r->ncyc));
+    } else if (r->outcome == LC_OUT_INTERRUPTED) {
+        fprintf(f, "INTERRUPTED by signal %d (%s) after %zu of %ld cycles: the figures above are those of the\n"
+                   "finished cycles, not a verdict; the worker was killed\n",
+                r->interrupted, lc_signal_name(r->interrupted), r->ncyc, lc_schedule_length(&r->sched));
     } else {
-        print_verdict(f, a, lc_paired(q));
+        print_verdict(f, r, a, lc_paired(q));
     }
     fprintf(f, "exit status %d\n", exit_status);
 }

@@ -42,6 +42,23 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elsize)
     return q;
 }
 
+/* --- SIGINT, SIGTERM: the run ends, its finished cycles are reported ------- */
+static volatile sig_atomic_t lc_interrupt_signal;
+
+static void on_interrupt(int sig) { lc_interrupt_signal = sig; }
+
+int lc_interrupted(void) { return lc_interrupt_signal; }
+
+static void catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;   /* no SA_RESTART: poll() returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 /* --- records -> lc_run ----------------------------------------------------- */
 static void progress(lc_run *r)
 {
@@ -68,6 +85,7 @@ static void take_info(lc_run *r, const char *key, const char *val)
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         if (!strcmp(key, fields[i].key)) lc_scopy((char *)r + fields[i].off, fields[i].size, val);
     if (!strcmp(key, "debug")) r->debug = atoi(val);
+    if (!strcmp(key, "broken")) r->broken = atoi(val);
     if (!strcmp(key, "ignored_environment")) {
         size_t l = strlen(r->ignored_env);
         snprintf(r->ignored_env + l, sizeof r->ignored_env - l, "%s%s", l ? " " : "", val);
@@ -133,6 +151,24 @@ static void take_extension(lc_run *r, const lc_record *rec)
     r->nextensions++;
 }
 
+static void take_child(lc_run *r, const lc_record *rec)
+{
+    lc_children *c = &r->children;
+    int ex = rec->u.child.exit_code, sig = rec->u.child.signal;
+    c->total++;
+    if (ex != 0) c->failed++;
+    for (size_t i = 0; i < c->nends; i++)
+        if (c->ends[i].exit_code == ex && c->ends[i].signal == sig) {
+            c->ends[i].count++;
+            return;
+        }
+    if (c->nends == LC_CHILD_ENDS_MAX) {
+        c->other_ends++;
+        return;
+    }
+    c->ends[c->nends++] = (lc_child_end){ex, sig, 1, rec->u.child.seq, rec->u.child.pid};
+}
+
 static void take_error(lc_run *r, const lc_record *rec)
 {
     lc_scopy(r->error_kind, sizeof r->error_kind, lc_error_kind_name(rec->u.error.kind));
@@ -161,6 +197,7 @@ static void handle_line(lc_run *r, const char *line)
     case 'F':
     case 'P': take_site_text(r, &rec); break;
     case 'X': take_extension(r, &rec); break;
+    case 'K': take_child(r, &rec); break;
     case 'E': take_error(r, &rec); break;
     case 'D': r->outcome = LC_OUT_DONE; break;
     }
@@ -211,11 +248,12 @@ static void worker_argv(const lc_request *q, char **argv, char num[2][32])
     argv[n] = NULL;
 }
 
-/* Start the worker: stdin /dev/null, stdout+stderr into out, records into rec. */
-static int spawn_worker(lc_run *r, char *const argv[], pid_t *pid, int *rec, int *out)
+/* Start the worker: stdin /dev/null, stdout into out, stderr into err,
+ * records into rec. */
+static int spawn_worker(lc_run *r, char *const argv[], pid_t *pid, int fds[3])
 {
-    int recp[2], outp[2];
-    if (pipe2(recp, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0) {
+    int recp[2], outp[2], errp[2];
+    if (pipe2(recp, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
         r->outcome = LC_OUT_SPAWN;
         snprintf(r->error, sizeof r->error, "pipe: %s", strerror(errno));
         return -1;
@@ -224,20 +262,29 @@ static int spawn_worker(lc_run *r, char *const argv[], pid_t *pid, int *rec, int
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, outp[1], 2);
+    posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
     posix_spawn_file_actions_adddup2(&fa, recp[1], LC_RECORD_FD);
     int rc = posix_spawn(pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(recp[1]);
     close(outp[1]);
-    *rec = recp[0];
-    *out = outp[0];
+    close(errp[1]);
+    fds[0] = recp[0];
+    fds[1] = outp[0];
+    fds[2] = errp[0];
     if (rc == 0) return 0;
     r->outcome = LC_OUT_SPAWN;
     snprintf(r->error, sizeof r->error, "cannot start %s: %s", argv[0], strerror(rc));
-    close(recp[0]);
-    close(outp[0]);
+    for (int i = 0; i < 3; i++) close(fds[i]);
     return -1;
+}
+
+/* a line of the worker's stderr, into the output tail */
+static void tail_line(void *arg, const char *line)
+{
+    lc_run *r = arg;
+    keep_tail(r, line, strlen(line));
+    keep_tail(r, "\n", 1);
 }
 
 /* Records arrive in pieces: whole lines go to handle_line. */
@@ -260,36 +307,40 @@ static void feed(lc_run *r, line_buf *lb, const char *buf, size_t k)
     }
 }
 
-/* Read both pipes until the records end (then output for a little longer)
- * or no record came within the timeout; returns 1 on a timeout. */
-static int gather(lc_run *r, int rec, int out)
+/* Read the three pipes until the records end (then output for a little
+ * longer) or no record came within the timeout; returns 1 on a timeout. */
+static int gather(lc_run *r, const int fds[3])
 {
     static char buf[LC_READ_CHUNK];
     line_buf lb = {0};
-    int rec_open = 1, out_open = 1, hung = 0;
+    int open_[3] = {1, 1, 1}, hung = 0;
     double last = mono_s(), rec_closed_at = 0;
-    while (rec_open || out_open) {
-        if (!rec_open && mono_s() - rec_closed_at > LC_LATE_OUTPUT_S) break;
-        struct pollfd p[2] = {{rec_open ? rec : -1, POLLIN, 0}, {out_open ? out : -1, POLLIN, 0}};
+    while (open_[0] || open_[1] || open_[2]) {
+        if (lc_interrupt_signal) break;
+        if (!open_[0] && mono_s() - rec_closed_at > LC_LATE_OUTPUT_S) break;
+        struct pollfd p[3];
+        for (int i = 0; i < 3; i++) p[i] = (struct pollfd){open_[i] ? fds[i] : -1, POLLIN, 0};
         int left_ms = (int)((last + r->timeout_s - mono_s()) * 1000);
-        if (left_ms <= 0 && rec_open) {
+        if (left_ms <= 0 && open_[0]) {
             hung = 1;
             break;
         }
-        int n = poll(p, 2, rec_open ? left_ms : 1000);
+        int n = poll(p, 3, open_[0] ? left_ms : 1000);
         if (n < 0) {
             if (errno == EINTR) continue;
             break;
         }
-        if (p[1].revents) {
-            ssize_t k = read(out, buf, sizeof buf);
-            if (k <= 0) out_open = 0;
-            else keep_tail(r, buf, (size_t)k);
+        for (int i = 1; i < 3; i++) {
+            if (!p[i].revents) continue;
+            ssize_t k = read(fds[i], buf, sizeof buf);
+            if (k <= 0) open_[i] = 0;
+            else if (i == 1) keep_tail(r, buf, (size_t)k);
+            else lc_output_feed(&r->err, buf, (size_t)k, tail_line, r);
         }
         if (p[0].revents) {
-            ssize_t k = read(rec, buf, sizeof buf);
+            ssize_t k = read(fds[0], buf, sizeof buf);
             if (k <= 0) {
-                rec_open = 0;
+                open_[0] = 0;
                 rec_closed_at = mono_s();
                 continue;
             }
@@ -297,6 +348,7 @@ static int gather(lc_run *r, int rec, int out)
             feed(r, &lb, buf, (size_t)k);
         }
     }
+    lc_output_end(&r->err, tail_line, r);
     free(lb.s);
     return hung;
 }
@@ -330,13 +382,17 @@ void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress
     char *argv[LC_WORKER_ARGS], num[2][32];
     worker_argv(q, argv, num);
     pid_t pid;
-    int rec, out;
-    if (spawn_worker(r, argv, &pid, &rec, &out) < 0) return;
-    int hung = gather(r, rec, out);
-    if (hung) kill(pid, SIGKILL);
-    close(rec);
-    close(out);
+    int fds[3];
+    catch_interrupts();
+    if (spawn_worker(r, argv, &pid, fds) < 0) return;
+    int hung = gather(r, fds);
+    if (hung || lc_interrupt_signal) kill(pid, SIGKILL);
+    for (int i = 0; i < 3; i++) close(fds[i]);
     finish(r, pid, hung);
+    if (lc_interrupt_signal) {
+        r->outcome = LC_OUT_INTERRUPTED;
+        r->interrupted = lc_interrupt_signal;
+    }
 }
 
 void lc_run_free(lc_run *r)
@@ -344,6 +400,7 @@ void lc_run_free(lc_run *r)
     free(r->cyc);
     free(r->sites);
     free(r->extensions);
+    lc_output_free(&r->err);
     r->cyc = NULL;
     r->sites = NULL;
     r->extensions = NULL;

@@ -41,6 +41,7 @@ static void crash_cell(scan_cell *c, const lc_run *r)
     c->severity = SEV_CRASH;
     if (r->signal)
         snprintf(c->status, sizeof c->status, "CRASH %s", sigabbrev_np(r->signal) ? sigabbrev_np(r->signal) : "?");
+    else if (lc_broken_text(r)) snprintf(c->status, sizeof c->status, "BROKE fds");
     else snprintf(c->status, sizeof c->status, "CRASH exit %d", r->exit_status);
     const char *t = r->output_tail;
     size_t end = strlen(t);
@@ -114,6 +115,9 @@ static void scan_one(scan_row *row, int k, const lc_request *q, double timeout)
         snprintf(c->message, sizeof c->message, "cycle %ld did not end within %g s", r.begun.seq, timeout);
     } else if (r.outcome == LC_OUT_ERROR || r.outcome == LC_OUT_SPAWN) {
         error_cell(c, &r);
+    } else if (r.outcome == LC_OUT_INTERRUPTED) {
+        snprintf(c->status, sizeof c->status, "interrupted");
+        snprintf(c->message, sizeof c->message, "signal %d after %zu cycles", r.interrupted, r.ncyc);
     } else {
         judged_cell(c, &r);
     }
@@ -163,6 +167,10 @@ static void scan_all(scan_row *rows, size_t n, const lc_request *q, const lc_run
             if (tty)
                 fprintf(stderr, "\r\033[K[pyfini-leakcheck] scan %zu/%zu %s (%s)", i + 1, n, rows[i].name,
                         interp_configs[scan_configs[k]].name), fflush(stderr);
+            if (lc_interrupted()) {
+                snprintf(c->status, sizeof c->status, "not run");
+                continue;
+            }
             scan_one(&rows[i], k, q, timeout);
             if (c->severity > rows[i].severity) rows[i].severity = c->severity;
             if (c->severity == SEV_LEAK && c->loss > rows[i].loss) rows[i].loss = c->loss;
@@ -203,9 +211,9 @@ static void print_scan_json(const scan_row *rows, size_t n, const lc_request *q,
 
 static void print_scan_text(const scan_row *rows, size_t n, const lc_request *q, const lc_run *lr, int status)
 {
-    printf("pyfini-leakcheck --scan: CPython %s%s (%s build), %zu extension modules, %ld warm-up + %ld judged "
+    printf("pyfini-leakcheck --scan: CPython %s%s (%s build), %zu extension module%s, %ld warm-up + %ld judged "
            "cycles each (excess over a bare cycle)\n\n", lr->version, lr->abiflags, lr->debug ? "debug" : "release", n,
-           q->warmup, q->cycles);
+           lc_plural((long long)n), q->warmup, q->cycles);
     printf("%-36s %-22s %-22s\n", "module", "legacy", "isolated");
     for (size_t i = 0; i < n; i++) printf("%-36s %-22s %-22s\n", rows[i].name, rows[i].cell[0].status, rows[i].cell[1].status);
     int notes = 0;
@@ -249,6 +257,7 @@ int lc_scan(const lc_request *q)
         if (rows[i].severity >= SEV_HANG) status = 3;
         else if (rows[i].severity == SEV_LEAK && status < 1) status = 1;
     }
+    if (lc_interrupted()) status = LC_EXIT_INTERRUPTED;   /* the table shows the modules done */
     if (q->json) print_scan_json(rows, n, &s, &lr, status);
     else print_scan_text(rows, n, &s, &lr, status);
     free(rows);

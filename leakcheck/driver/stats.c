@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "lc_schedule.h"
 #include "stats.h"
 
 double lc_t995(int df)
@@ -106,7 +107,7 @@ void lc_judge(const double *x, size_t n, double cycles_per_sample, double resolu
 {
     memset(j, 0, sizeof *j);
     j->n = n;
-    if (n < 4) {
+    if (n < LC_MIN_SAMPLES) {
         j->verdict = LC_TOO_FEW;
         for (size_t i = 0; i < n; i++) j->mean += x[i];
         if (n) j->mean /= (double)n;

@@ -21,6 +21,7 @@ const lc_record_spec lc_record_specs[] = {
     {'W', "W <site> <domain> <sub_bytes> <sub_blocks> <bare_bytes> <bare_blocks>"},
     {'F', "F <site> <n> <frame...>"},
     {'P', "P <site> <n> <python line...>"},
+    {'K', "K <seq> <pid> <exit> <signal>"},
     {'X', "X <module> <path...>"},
     {'E', "E <kind> <0|1> <message...>"},
     {'D', "D"},
@@ -124,6 +125,13 @@ void lc_enc_obm(lc_line *l, long seq, int64_t blocks)
 {
     begin(l, 'O');
     put(l, " %ld %" PRId64, seq, blocks);
+    end(l);
+}
+
+void lc_enc_child(lc_line *l, long seq, long pid, int exit_code, int signal)
+{
+    begin(l, 'K');
+    put(l, " %ld %ld %d %d", seq, pid, exit_code, signal);
     end(l);
 }
 
@@ -259,6 +267,14 @@ static int dec_obm(const char *s, lc_record *r)
     return get_long(&s, &r->u.obm.seq) < 0 || get_i64(&s, &r->u.obm.blocks) < 0 || *s ? -1 : 0;
 }
 
+static int dec_child(const char *s, lc_record *r)
+{
+    return get_long(&s, &r->u.child.seq) < 0 || get_long(&s, &r->u.child.pid) < 0
+                   || get_int(&s, &r->u.child.exit_code) < 0 || get_int(&s, &r->u.child.signal) < 0 || *s
+               ? -1
+               : 0;
+}
+
 static int dec_site(const char *s, lc_record *r)
 {
     int64_t id;
@@ -306,7 +322,7 @@ int lc_decode(const char *line, lc_record *out)
 {
     static const struct { char type; int (*dec)(const char *, lc_record *); } decoders[] = {
         {'I', dec_info}, {'A', dec_avail}, {'R', dec_reading}, {'B', dec_begin}, {'C', dec_cycle},
-        {'O', dec_obm}, {'W', dec_site}, {'F', dec_frame}, {'P', dec_frame}, {'X', dec_extension},
+        {'O', dec_obm}, {'W', dec_site}, {'F', dec_frame}, {'P', dec_frame}, {'K', dec_child}, {'X', dec_extension},
         {'E', dec_error}, {'D', dec_done}};
     memset(out, 0, sizeof *out);
     if (!line[0] || (line[1] != ' ' && line[1] != 0)) return -1;

@@ -18,6 +18,7 @@
  *   W <site> <domain> <sub_bytes> <sub_blocks> <bare_bytes> <bare_blocks>  a --where site
  *   F <site> <n> <frame...>            symbolised C frame n of site
  *   P <site> <n> <python line...>      Python line n of site (tracemalloc, innermost first)
+ *   K <seq> <pid> <exit> <signal>      a child of the subject ended, collected after cycle seq (exit -1: signalled)
  *   X <module> <path...>               an extension module (--list-extensions)
  *   E <kind> <0|1> <message...>        the run failed (kind: lc_error_kind; 1 = the config refused the subject); exit 2
  *   D                                  done
@@ -33,6 +34,16 @@
 #include <stdint.h>
 
 #define LC_RECORD_FD 3
+/* At the start of every cycle the worker writes "\n" LC_STDERR_MARK "<seq>\n"
+ * on its own stderr (fd 2, in the cycle loop's thread), so that the driver
+ * knows which cycle wrote each line of the subject's stderr. */
+#define LC_STDERR_MARK "\037pyfini-leakcheck cycle "
+/* Before it exits with LC_WK_EXIT_RECORD_*, the worker says so on stderr:
+ * "\n" LC_STDERR_BROKEN "<exit status>\n" (and with LC_WK_EXIT_STDERR_* in
+ * an I record "broken <exit status>"): the driver maps an exit status to
+ * its meaning only when the worker confirmed it, so that a subject calling
+ * os._exit(10) is not read as a closed record pipe. */
+#define LC_STDERR_BROKEN "\037pyfini-leakcheck broken "
 #define LC_LINE_MAX 8192      /* longest record, newline included */
 #define LC_INFO_KEY_MAX 64
 #define LC_METER_NAME_MAX 32
@@ -57,6 +68,19 @@ enum lc_value {
     LC_V_REFS,      /* total reference count (debug builds) */
     LC_V_FDS,       /* open file descriptors */
     LC_NVALUES
+};
+
+/* The worker's exit statuses: how the driver tells what happened when the
+ * records stop (the driver names each in its report). */
+enum lc_worker_exit {
+    LC_WK_EXIT_DONE = 0,             /* D record written */
+    LC_WK_EXIT_FAILED = 2,           /* E record written */
+    LC_WK_EXIT_DRIVER_GONE = 4,      /* writing a record failed otherwise (the driver is gone) */
+    LC_WK_EXIT_RECORD_CLOSED = 10,   /* the subject closed the record pipe (LC_RECORD_FD) */
+    LC_WK_EXIT_RECORD_REPLACED = 11, /* ... or put another file on it (dup2, or a new open after a close) */
+    LC_WK_EXIT_STDERR_CLOSED = 12,   /* the subject closed the worker's stderr (fd 2) */
+    LC_WK_EXIT_STDERR_REPLACED = 13, /* ... or put another file on it */
+    LC_WK_EXIT_FORKED_CHILD = 14,    /* a child the subject forked came back into the tool's code: ended there */
 };
 
 /* Why a run failed (E records). */
@@ -93,6 +117,7 @@ void lc_enc_site(lc_line *l, unsigned site, const char *domain, const int64_t by
 void lc_enc_frame(lc_line *l, unsigned site, int n, const char *text);     /* F */
 void lc_enc_pyline(lc_line *l, unsigned site, int n, const char *text);    /* P */
 void lc_enc_extension(lc_line *l, const char *module, const char *path);
+void lc_enc_child(lc_line *l, long seq, long pid, int exit_code, int signal);   /* K */
 void lc_enc_error(lc_line *l, enum lc_error_kind kind, int refused, const char *message);
 void lc_enc_done(lc_line *l);
 
@@ -105,6 +130,7 @@ typedef struct lc_record {
         struct { int64_t v[LC_NVALUES]; } reading;
         struct { lc_cycle_id id; int64_t v[LC_NVALUES]; } cycle;   /* B (no v), C */
         struct { long seq; int64_t blocks; } obm;
+        struct { long seq, pid; int exit_code, signal; } child;   /* K */
         struct { unsigned site; char domain[LC_DOMAIN_NAME_MAX]; int64_t bytes[2], blocks[2]; } site;
         struct { unsigned site; int n; const char *text; } frame;    /* F, P */
         struct { char module[LC_MODULE_NAME_MAX]; const char *path; } ext;

@@ -46,3 +46,17 @@ double lc_schedule_excess(const lc_schedule *s, int64_t subject_total, int64_t b
     if (s->n_side[1]) ex -= (double)bare_total / (double)s->n_side[1];
     return ex;
 }
+
+long lc_schedule_samples(const lc_schedule *s)
+{
+    return s->paired ? (s->cycles + s->block - 1) / s->block : s->cycles;
+}
+
+long lc_schedule_min_cycles(int subject, int baseline)
+{
+    long c = 1;
+    for (;; c++) {
+        lc_schedule s = lc_schedule_make(0, c, subject, baseline);
+        if (lc_schedule_samples(&s) >= LC_MIN_SAMPLES) return c;
+    }
+}

@@ -14,6 +14,7 @@
 
 #define LC_BLOCK_DIVISOR 10   /* k = judged cycles / LC_BLOCK_DIVISOR ... */
 #define LC_BLOCK_MAX 10       /* ... at most LC_BLOCK_MAX, at least 1 */
+#define LC_MIN_SAMPLES 4      /* judged samples (block pairs, or cycles) a meter needs for a verdict */
 
 typedef struct lc_schedule {
     long warmup, cycles;   /* rounds: warm-up and judged */
@@ -36,6 +37,12 @@ lc_schedule lc_schedule_make(long warmup, long cycles, int subject, int baseline
 long lc_schedule_length(const lc_schedule *s);          /* cycles in all */
 long lc_schedule_warmup_length(const lc_schedule *s);   /* index of the first judged cycle */
 lc_slot lc_schedule_at(const lc_schedule *s, long i);   /* cycle i, 0-based (seq = i + 1) */
+
+/* Samples the analysis judges per meter: block pairs (paired) or cycles. */
+long lc_schedule_samples(const lc_schedule *s);
+/* The smallest number of judged cycles (rounds) that gives LC_MIN_SAMPLES
+ * samples: fewer cannot be judged (the driver refuses them). */
+long lc_schedule_min_cycles(int subject, int baseline);
 
 /* Per judged cycle: what the subject side holds beyond the bare side, given
  * the totals of each side (bytes or blocks of a --where site). */

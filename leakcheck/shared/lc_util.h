@@ -15,6 +15,9 @@ static inline void lc_scopy(char *dst, size_t n, const char *src)
     dst[l] = 0;
 }
 
+/* "s" unless n is 1: "%ld cycle%s", n, lc_plural(n) */
+static inline const char *lc_plural(long long n) { return n == 1 ? "" : "s"; }
+
 /* FNV-1a, 64 bits: h = lc_fnv(LC_FNV_OFFSET, p, n), then chain more bytes. */
 #define LC_FNV_OFFSET 1469598103934665603ull
 #define LC_FNV_PRIME 1099511628211ull

@@ -9,12 +9,16 @@
 #undef NDEBUG
 #include <check.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,6 +145,105 @@ START_TEST(test_bad_input)
     expect_usage((const char *[]){"--code", "raise ValueError('boom')", "--cycles", "4", NULL}, "ValueError: boom");
     expect_usage((const char *[]){"--python", "3.99", NULL}, "--python 3.99");
     expect_usage((const char *[]){"--python", "banana", NULL}, "expected X.Y");
+    /* every numeric option: zero, negative, not a number */
+    expect_usage((const char *[]){"--cycles", "0", NULL}, "--cycles needs an integer >= 1, not '0'");
+    expect_usage((const char *[]){"--cycles", "-5", NULL}, "--cycles needs an integer >= 1, not '-5'");
+    expect_usage((const char *[]){"--warmup", "-1", NULL}, "--warmup needs an integer >= 0, not '-1'");
+    expect_usage((const char *[]){"--warmup", "x", NULL}, "--warmup needs an integer");
+    expect_usage((const char *[]){"--timeout", "0", NULL}, "--timeout needs a number >= 0.1, not '0'");
+    expect_usage((const char *[]){"--timeout", "nan", NULL}, "--timeout needs a number");
+    expect_usage((const char *[]){"--max-bytes-per-cycle", "-1", NULL}, "--max-bytes-per-cycle needs a number >= 0");
+    expect_usage((const char *[]){"--max-bytes-per-cycle", "lots", NULL}, "--max-bytes-per-cycle needs a number");
+}
+END_TEST
+
+/* does this python3.X-config answer (a pyenv shim of a version not selected does not)? */
+static int config_answers(const char *cfg)
+{
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "'%s' --prefix >/dev/null 2>&1", cfg);
+    return !strchr(cfg, '\'') && access(cfg, X_OK) == 0 && system(cmd) == 0;
+}
+
+/* A python3.X-config of a CPython older than 3.11 (X = minor), found on
+ * PATH or through pyenv (`pyenv root`), never a hard-coded path; 0 if none. */
+static int find_old_config(int minor, char *out, size_t n)
+{
+    char name[64], pat[PATH_MAX + 96];
+    snprintf(name, sizeof name, "python3.%d-config", minor);
+    const char *path = getenv("PATH");
+    char *copy = strdup(path ? path : "");
+    for (char *save = NULL, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, n, "%s/%s", d, name);
+        if (config_answers(out)) {
+            free(copy);
+            return 1;
+        }
+    }
+    free(copy);
+    FILE *p = popen("pyenv root 2>/dev/null", "r");
+    char root[PATH_MAX] = "";
+    if (p) {
+        if (!fgets(root, sizeof root, p)) root[0] = 0;
+        pclose(p);
+    }
+    root[strcspn(root, "\n")] = 0;
+    if (!root[0]) return 0;
+    snprintf(pat, sizeof pat, "%s/versions/*/bin/%s", root, name);
+    glob_t g;
+    int found = 0;
+    if (glob(pat, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc && !found; i++)
+            if (config_answers(g.gl_pathv[i])) found = 1, snprintf(out, n, "%s", g.gl_pathv[i]);
+        globfree(&g);
+    }
+    return found;
+}
+
+/* --python of a CPython older than 3.11 (issue 10): refused with what pyfini
+ * needs, by version and by the path of its python3.X-config */
+START_TEST(test_python_too_old)
+{
+    expect_usage((const char *[]){"--python", "3.10", NULL}, "--python 3.10: pyfini needs CPython 3.11 or newer");
+    expect_usage((const char *[]){"--python", "3.9", NULL}, "--python 3.9: pyfini needs CPython 3.11 or newer");
+    expect_usage((const char *[]){"--python", "3.10.13", NULL}, "pyfini needs CPython 3.11 or newer");
+    int found = 0;
+    for (int minor = 9; minor <= 10; minor++) {
+        char cfg[PATH_MAX];
+        if (!find_old_config(minor, cfg, sizeof cfg)) continue;
+        found++;
+        char want[PATH_MAX + 64];
+        snprintf(want, sizeof want, "--python %s: CPython 3.%d.", cfg, minor);
+        expect_usage((const char *[]){"--python", cfg, "--cycles", "4", NULL}, want);
+        expect_usage((const char *[]){"--python", cfg, NULL}, "pyfini needs CPython 3.11 or newer");
+    }
+    if (!found) printf("NOTE python_too_old: no python3.9-config or python3.10-config here (PATH, pyenv)\n");
+}
+END_TEST
+
+/* Too few cycles is never "no leak" (issue 10): refused up front with the
+ * minimum (lc_schedule_min_cycles), and a run that finished but that no
+ * bytes meter could judge is "not judged", exit 4. */
+START_TEST(test_too_few_cycles)
+{
+    expect_usage((const char *[]){"--cycles", "3", NULL}, "--cycles 3 is too few to judge: a verdict needs at least 4");
+    expect_usage((const char *[]){"--import", "json", "--cycles", "2", "--warmup", "1", "--json", NULL},
+                 "at least 4 judged cycles");
+    expect_usage((const char *[]){"--scan", "--import", "json", "--cycles", "1", NULL}, "at least 4 judged cycles");
+    /* --no-allocator-wrapper: only rss and malloc can judge; whatever they
+       say, the run's verdict follows the rule of --help */
+    result r = run_tool((const char *[]){"--no-allocator-wrapper", "--cycles", "4", "--warmup", "1", "--json", NULL});
+    ck_assert_msg(json_is_object(r.json), "no JSON: exit %d\n%s", r.status, tail(r.err));
+    const char *rss = verdict_of(&r, "rss"), *mal = verdict_of(&r, "malloc");
+    const char *verdict = json_string_value(json_object_get(r.json, "verdict"));
+    ck_assert_str_eq(verdict_of(&r, "py"), "unavailable");
+    int leak = !strcmp(rss, "LEAK") || !strcmp(mal, "LEAK"), ok = !strcmp(rss, "no leak") || !strcmp(mal, "no leak");
+    const char *want = leak ? "LEAK" : (ok ? "no leak" : "not judged");
+    int want_status = leak ? 1 : (ok ? 0 : 4);
+    ck_assert_msg(!strcmp(verdict, want) && r.status == want_status,
+                  "rss %s, malloc %s: verdict %s exit %d, expected %s exit %d", rss, mal, verdict, r.status, want, want_status);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.json, "exit_status")), want_status);
+    free_result(&r);
 }
 END_TEST
 
@@ -149,10 +252,256 @@ START_TEST(test_help)
     result r = run_tool((const char *[]){"--help", NULL});
     ck_assert_int_eq(r.status, 0);
     static const char *const words[] = {"rss", "malloc", "py.raw", "py.obj", "blocks", "refs", "fds", "time",
-                                        "--where", "--scan", "--no-baseline", "Exit status"};
+                                        "--where", "--scan", "--no-baseline", "Exit status", "not judged", "  4  "};
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)
         ck_assert_msg(strstr(r.out, words[i]) != NULL, "--help does not explain %s", words[i]);
     free_result(&r);
+}
+END_TEST
+
+/* --- the subject's stderr is in the report (issue 10) --------------------- */
+static json_t *stderr_of(const result *r)
+{
+    json_t *e = json_object_get(r->json, "subject_stderr");
+    ck_assert_msg(json_is_object(e), "no subject_stderr: exit %d\n%s%s", r->status, tail(r->out), tail(r->err));
+    return e;
+}
+
+static int has_string(json_t *array, const char *s)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(array, i, v) if (!strcmp(json_string_value(v), s)) return 1;
+    return 0;
+}
+
+/* A module that leaks objects tracked in a pyfini state: pyfini's report
+ * (pyfini__state_report, at POST_SHUTDOWN) is parsed into a finding that
+ * fails the run (exit 1), with the state, the count and the types. */
+START_TEST(test_pyfini_leak_report)
+{
+    result r = run_tool((const char *[]){"--import", "_pyfini_trackleak", "--cycles", "4", "--warmup", "1", "--json",
+                                         NULL});
+    ck_assert_msg(r.status == 1, "exit %d, expected 1\n%s%s", r.status, tail(r.out), tail(r.err));
+    ck_assert_str_eq(json_string_value(json_object_get(r.json, "verdict")), "LEAK");
+    json_t *e = stderr_of(&r), *L = json_array_get(json_object_get(e, "pyfini_leaks"), 0);
+    ck_assert_msg(json_is_object(L), "no pyfini leak parsed:\n%s", tail(r.out));
+    ck_assert_str_eq(json_string_value(json_object_get(L, "state")), "pyfini.test.trackleak");
+    ck_assert_int_eq(json_integer_value(json_object_get(L, "objects")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(L, "first_cycle")), 1);
+    /* every subject cycle reports it: 1 warm-up + 4 judged */
+    ck_assert_int_eq(json_integer_value(json_object_get(L, "reports")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "pyfini_leak_reports")), 5);
+    json_t *types = json_object_get(L, "types");
+    ck_assert_msg(has_string(types, "type TrackLeaked") && has_string(types, "TrackLeaked object"),
+                  "types: %s", tail(r.out));
+    /* the report lines are the finding, not "other" lines */
+    ck_assert_int_eq(json_array_size(json_object_get(e, "distinct_lines")), 0);
+    free_result(&r);
+    r = run_tool((const char *[]){"--import", "_pyfini_trackleak", "--cycles", "4", "--warmup", "0", NULL});
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.out, "PYFINI LEAK: state \"pyfini.test.trackleak\": 2 tracked objects")
+                  && strstr(r.out, "verdict: LEAK: pyfini reported 4 leaks"), "report:\n%s", tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
+/* Warnings, "Exception ignored", many distinct lines and a huge line: each
+ * kept line with its count and first cycle, the rest counted, memory bounded. */
+START_TEST(test_subject_stderr_summary)
+{
+    const char *code = "import sys, os, warnings\n"
+                       "warnings.warn('pyfini-test warning')\n"
+                       "class A:\n"
+                       "    def __del__(self): raise ValueError('pyfini-test del')\n"
+                       "a = A(); del a\n"
+                       "sys.stderr.write('h' * 300000 + '\\n')\n"
+                       "for i in range(50): print('distinct', os.urandom(6).hex(), file=sys.stderr)\n"
+                       "print('to stdout, not read')\n";
+    result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", "--json",
+                                         NULL});
+    ck_assert_msg(r.status == 0 || r.status == 1 || r.status == 4, "exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
+    json_t *e = stderr_of(&r), *lines = json_object_get(e, "distinct_lines"), *d;
+    int warning = 0, ignored = 0, huge = 0;
+    size_t i;
+    json_array_foreach(lines, i, d) {
+        const char *text = json_string_value(json_object_get(d, "text")), *kind = json_string_value(json_object_get(d, "kind"));
+        long count = (long)json_integer_value(json_object_get(d, "count"));
+        long first = (long)json_integer_value(json_object_get(d, "first_cycle"));
+        ck_assert_msg(strlen(text) < 600, "a line of %zu bytes kept", strlen(text));
+        ck_assert_msg(!strstr(text, "to stdout"), "stdout read: %s", text);
+        if (strstr(text, "UserWarning: pyfini-test warning")) {
+            warning = 1;
+            ck_assert_str_eq(kind, "warning");
+            ck_assert_int_eq(count, 4);
+            ck_assert_int_eq(first, 1);
+        }
+        if (!strncmp(text, "Exception ignored", 17) && strstr(text, "A.__del__")) {
+            ignored = 1;
+            ck_assert_str_eq(kind, "exception ignored");
+            ck_assert_int_eq(count, 4);
+            ck_assert_int_eq(first, 1);
+        }
+        if (!strncmp(text, "hhhh", 4)) {
+            huge = 1;
+            ck_assert_int_eq(count, 4);
+        }
+    }
+    ck_assert_msg(warning && ignored && huge, "warning %d, exception ignored %d, huge line %d:\n%s", warning, ignored,
+                  huge, tail(r.out));
+    ck_assert_int_le(json_array_size(lines), 20);
+    /* 200 distinct lines in all: those not kept are counted */
+    ck_assert_int_ge(json_integer_value(json_object_get(e, "more_distinct_lines")) + (json_int_t)json_array_size(lines),
+                     200);
+    free_result(&r);
+}
+END_TEST
+
+/* --- a subject that breaks the tool's descriptors (issue 10) -------------- */
+/* Python code that runs action in the cycle-th cycle of the process only
+ * (a counter in the process environment: os.putenv, shared by all
+ * interpreters). */
+static char *in_cycle(int cycle, const char *action)
+{
+    char *code;
+    ck_assert(asprintf(&code, "import os\nn = int(os.environ.get('LC_TEST_N', '0')) + 1\nos.putenv('LC_TEST_N', str(n))\n"
+                       "if n == %d: %s\n", cycle, action) > 0);
+    return code;
+}
+
+static void expect_broken(const char *action, const char *reason)
+{
+    char *code = in_cycle(3, action);
+    result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", "--json", NULL});
+    ck_assert_msg(r.status == 3, "%s: exit %d, expected 3\n%s%s", action, r.status, tail(r.out), tail(r.err));
+    json_t *c = json_object_get(r.json, "crash");
+    ck_assert_msg(json_is_object(c), "%s: no crash object\n%s", action, tail(r.out));
+    const char *why = json_string_value(json_object_get(c, "reason"));
+    ck_assert_msg(why && strstr(why, reason), "%s: reason %s, expected %s", action, why ? why : "(none)", reason);
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "cycle")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.json, "cycles_finished")), 2);
+    free_result(&r);
+    r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", NULL});
+    ck_assert_int_eq(r.status, 3);
+    ck_assert_msg(strstr(r.out, "BROKEN: ") && strstr(r.out, reason) && strstr(r.out, "in cycle 3")
+                  && !strstr(r.out, "exited with status"), "%s: report:\n%s", action, tail(r.out));
+    free_result(&r);
+    free(code);
+}
+
+START_TEST(test_subject_closes_fds)
+{
+    expect_broken("os.closerange(3, 256)", "closed the tool's record pipe (file descriptor 3)");
+    expect_broken("os.dup2(os.open('/dev/null', os.O_WRONLY), 3)", "replaced the tool's record pipe (file descriptor 3");
+    expect_broken("os.close(2)", "closed the worker's stderr (file descriptor 2)");
+    expect_broken("os.dup2(os.open('/dev/null', os.O_WRONLY), 2)", "replaced the worker's stderr (file descriptor 2");
+}
+END_TEST
+
+/* A subject that forks (issue 10): in a sub-interpreter every child dies in
+ * PyOS_AfterFork_Child (_PyInterpreterState_DeleteExceptMain: "not main
+ * interpreter").  The worker reaps them (PR_SET_CHILD_SUBREAPER), the report
+ * says how each ended, a child that did not exit 0 fails the run (exit 3);
+ * no child writes a record (the cycles finished are the worker's). */
+START_TEST(test_forking_subject)
+{
+    result r = run_tool((const char *[]){"--code", "import os; os.fork()", "--no-baseline", "--cycles", "4", "--warmup",
+                                         "0", "--json", NULL});
+    ck_assert_msg(json_is_object(r.json), "exit %d\n%s", r.status, tail(r.err));
+    json_t *c = json_object_get(r.json, "children");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "total")), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.json, "cycles_finished")), 4);
+    json_int_t failed = json_integer_value(json_object_get(c, "failed"));
+    json_t *e0 = json_array_get(json_object_get(c, "ends"), 0);
+    /* collected after the cycle that forked it or a later one (a child that
+       is slow to die, e.g. under ASan, is collected later) */
+    json_int_t first = json_integer_value(json_object_get(e0, "first_cycle"));
+    ck_assert_msg(first >= 1 && first <= 4, "first_cycle %lld", (long long)first);
+    if (failed) {
+        ck_assert_msg(r.status == 3, "children failed: exit %d, expected 3", r.status);
+        ck_assert_str_eq(json_string_value(json_object_get(r.json, "verdict")), "child failed");
+    }
+    /* what CPython says of it is in the summary of the subject's stderr: the
+       fatal error (release builds), or on debug builds (3.15d) the assertion
+       in _PyEval_ReInitThreads that aborts the child before it */
+    int said = json_integer_value(json_object_get(stderr_of(&r), "fatal_errors")) > 0;
+    size_t k;
+    json_t *d;
+    json_array_foreach(json_object_get(stderr_of(&r), "distinct_lines"), k, d)
+        if (strstr(json_string_value(json_object_get(d, "text")), "Assertion")) said = 1;
+    ck_assert_msg(said || !failed, "no Fatal Python error or assertion seen:\n%s", tail(r.out));
+    free_result(&r);
+    r = run_tool((const char *[]){"--code", "import os; os.fork()", "--no-baseline", "--cycles", "4", "--warmup", "0",
+                                  NULL});
+    ck_assert_msg(strstr(r.out, "children of the subject (forked; the worker is their reaper): 4 ended"), "report:\n%s",
+                  tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
+/* A subject that ends the process itself: os._exit(0) or os._exit(3) in
+ * cycle 3 is said as such, exit 3, never read as a finished run. */
+START_TEST(test_subject_exits)
+{
+    static const char *const codes[] = {"0", "3", "10"};
+    for (size_t i = 0; i < 3; i++) {
+        char action[32];
+        snprintf(action, sizeof action, "os._exit(%s)", codes[i]);
+        char *code = in_cycle(3, action);
+        result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", NULL});
+        char want[160];
+        snprintf(want, sizeof want, "EXIT: the worker process ended with exit status %s in cycle 3", codes[i]);
+        ck_assert_msg(r.status == 3, "%s: exit %d, expected 3", action, r.status);
+        ck_assert_msg(strstr(r.out, want) && !strstr(r.out, "BROKEN"), "%s: report:\n%s", action, tail(r.out));
+        free_result(&r);
+        free(code);
+    }
+}
+END_TEST
+
+/* SIGINT/SIGTERM to the driver (issue 10): the partial report of the
+ * finished cycles, marked interrupted, exit 5, and the worker ends. */
+static void expect_interrupted(int sig, int json)
+{
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    char outp[] = "/tmp/lc-test-out-XXXXXX";
+    int of = mkstemp(outp);
+    ck_assert(of >= 0);
+    unlink(outp);
+    const char *argv[] = {LC_TOOL, "--cycles", "1000000", "--no-baseline", "--warmup", "0", json ? "--json" : NULL, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, of, 1);
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, LC_TOOL, &fa, NULL, (char *const *)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    usleep(1500 * 1000);
+    kill(pid, sig);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    char *out = slurp(of);
+    close(of);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 5, "signal %d: status 0x%x, expected exit 5\n%s", sig, st, tail(out));
+    if (json) {
+        json_t *j = json_loads(out, 0, NULL);
+        ck_assert_msg(j != NULL, "not JSON:\n%s", tail(out));
+        ck_assert_str_eq(json_string_value(json_object_get(j, "verdict")), "interrupted");
+        ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "interrupted"), "signal")), sig);
+        ck_assert_int_eq(json_integer_value(json_object_get(j, "exit_status")), 5);
+        json_decref(j);
+    } else {
+        ck_assert_msg(strstr(out, "INTERRUPTED by signal") && strstr(out, "exit status 5"), "report:\n%s", tail(out));
+    }
+    free(out);
+    /* the worker ended: this test is a subreaper, so a worker that outlived
+       the driver would be our child now (waitpid 0: alive, or its pid) */
+    ck_assert_msg(waitpid(-1, &st, WNOHANG) == -1, "a process of the run outlived the driver");
+}
+
+START_TEST(test_interrupted)
+{
+    expect_interrupted(SIGTERM, 1);
+    expect_interrupted(SIGINT, 0);
 }
 END_TEST
 
@@ -503,7 +852,7 @@ START_TEST(test_json_and_csv)
     ck_assert(bfd >= 0);
     ck_assert(write(bfd, "x = 1\n", 6) == 6);
     close(bfd);
-    result b = run_tool((const char *[]){"--file", bad, "--cycles", "3", "--warmup", "1", "--json", NULL});
+    result b = run_tool((const char *[]){"--file", bad, "--cycles", "4", "--warmup", "1", "--json", NULL});
     unlink(bad);
     ck_assert_msg(b.status == 0 && b.json, "exit %d, JSON %s\n%s", b.status, b.json ? "ok" : "invalid", tail(b.err));
     const char *named = json_string_value(json_object_get(json_object_get(b.json, "subject"), "file"));
@@ -513,6 +862,17 @@ START_TEST(test_json_and_csv)
 END_TEST
 
 /* --- scan ----------------------------------------------------------------- */
+/* one module: "1 extension module", not "1 extension modules" (issue 10) */
+START_TEST(test_scan_one_module)
+{
+    result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1", NULL});
+    ck_assert_msg(r.status == 0, "exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
+    ck_assert_msg(strstr(r.out, "(release build), 1 extension module, ") || strstr(r.out, "(debug build), 1 extension module, "),
+                  "header:\n%s", tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
 START_TEST(test_scan_modules)
 {
     result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_leak64", "--import", "_pyfini_noleak64",
@@ -589,6 +949,14 @@ int main(void)
     struct { const char *name; const TTest *fn; int timeout; } cases[] = {
         {"bad_input", test_bad_input, 60},
         {"help", test_help, 10},
+        {"too_few_cycles", test_too_few_cycles, 60},
+        {"python_too_old", test_python_too_old, 60},
+        {"subject_closes_fds", test_subject_closes_fds, 120},
+        {"forking_subject", test_forking_subject, 120},
+        {"subject_exits", test_subject_exits, 120},
+        {"interrupted", test_interrupted, 60},
+        {"pyfini_leak_report", test_pyfini_leak_report, 120},
+        {"subject_stderr_summary", test_subject_stderr_summary, 120},
         {"config_needs_312", test_config_needs_312, 60},
         {"crash_reported", test_crash_reported, 60},
         {"hang_reported", test_hang_reported, 60},
@@ -603,6 +971,7 @@ int main(void)
         {"where_subject_creates_interpreter", test_where_subject_creates_interpreter, 120},
         {"json_and_csv", test_json_and_csv, 60},
         {"scan_modules", test_scan_modules, 120},
+        {"scan_one_module", test_scan_one_module, 60},
         {"scan_all", test_scan_all, 600},
         {"other_python", test_other_python, 300},
     };

@@ -140,6 +140,9 @@ START_TEST(test_every_record_round_trips)
     lc_enc_pyline(&l, 42, 0, "(import machinery, 5 frames)");
     r = round_trip(&l);
     ck_assert_str_eq(r.u.frame.text, "(import machinery, 5 frames)");
+    lc_enc_child(&l, 7, 12345, -1, 6);
+    r = round_trip(&l);
+    ck_assert(r.u.child.seq == 7 && r.u.child.pid == 12345 && r.u.child.exit_code == -1 && r.u.child.signal == 6);
     lc_enc_extension(&l, "_json", "/usr/lib/python3.13/lib-dynload/_json.so");
     r = round_trip(&l);
     ck_assert_str_eq(r.u.ext.module, "_json");

@@ -20,6 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,17 +35,136 @@
 #define LC_PYTHON_EXECUTABLE ""
 #endif
 
+/* --- the tool's descriptors ------------------------------------------------ */
+/* The record pipe and stderr as the driver gave them: a subject that closes
+ * or replaces one is told apart from a crash (lc_worker_exit). */
+static struct stat wk_fd_at_start[2];   /* [0] LC_RECORD_FD, [1] stderr */
+
+static void wk_fds_remember(void)
+{
+    if (fstat(LC_RECORD_FD, &wk_fd_at_start[0]) < 0) wk_fd_at_start[0].st_ino = 0;
+    if (fstat(2, &wk_fd_at_start[1]) < 0) wk_fd_at_start[1].st_ino = 0;
+}
+
+/* 0, or the exit status that says what the subject did to fd. */
+static int wk_fd_changed(int which)
+{
+    int fd = which ? 2 : LC_RECORD_FD;
+    struct stat st;
+    const struct stat *was = &wk_fd_at_start[which];
+    if (fstat(fd, &st) < 0)
+        return which ? LC_WK_EXIT_STDERR_CLOSED : LC_WK_EXIT_RECORD_CLOSED;
+    if (was->st_ino && (st.st_dev != was->st_dev || st.st_ino != was->st_ino))
+        return which ? LC_WK_EXIT_STDERR_REPLACED : LC_WK_EXIT_RECORD_REPLACED;
+    return 0;
+}
+
+/* Exit with code (lc_worker_exit), confirmed through the descriptor that
+ * still works (see LC_STDERR_BROKEN). */
+static void wk_broken(int code)
+{
+    if (code == LC_WK_EXIT_STDERR_CLOSED || code == LC_WK_EXIT_STDERR_REPLACED) {
+        if (!wk_fd_changed(0)) {
+            lc_line l;
+            char v[16];
+            snprintf(v, sizeof v, "%d", code);
+            lc_enc_info(&l, "broken", v);
+            wk_emit(&l);
+        }
+    } else if (!wk_fd_changed(1)) {
+        char m[96];
+        int n = snprintf(m, sizeof m, "\n" LC_STDERR_BROKEN "%d\n", code);
+        if (write(2, m, (size_t)n) < 0) {}
+    }
+    _exit(code);
+}
+
+/* After the subject ran: are the record pipe and stderr still the driver's? */
+static void wk_fds_check(void)
+{
+    for (int which = 0; which < 2; which++) {
+        int code = wk_fd_changed(which);
+        if (code) wk_broken(code);
+    }
+}
+
+/* --- the subject's children ---------------------------------------------- */
+/* The worker is the reaper of every process the subject forks (and of their
+ * children: PR_SET_CHILD_SUBREAPER): each one's end is a K record, collected
+ * after every cycle and, at the end, waited for LC_CHILD_WAIT_S at most (then
+ * killed: the K record says signal 9). */
+#define LC_CHILD_WAIT_S 5
+static pid_t wk_pid;   /* the worker; a forked child is not */
+
+static void wk_children_start(void)
+{
+    wk_pid = getpid();
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+}
+
+static void wk_emit_child(long seq, pid_t pid, int st);
+
+/* Collect the children that ended; returns 1 if none is left. */
+static int wk_children_collect(long seq)
+{
+    for (;;) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid > 0) {
+            wk_emit_child(seq, pid, st);
+            continue;
+        }
+        return pid < 0 && errno == ECHILD;
+    }
+}
+
+/* The children of the worker still running (/proc/self/task/TID/children). */
+static void wk_children_kill(void)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)wk_pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    for (char *save = NULL, *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
+        kill((pid_t)atol(t), SIGKILL);
+}
+
+static void wk_children_end(long seq)
+{
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < LC_CHILD_WAIT_S * 100; i++) {
+        if (wk_children_collect(seq)) return;
+        nanosleep(&pause, NULL);
+    }
+    wk_children_kill();
+    while (!wk_children_collect(seq)) nanosleep(&pause, NULL);
+}
+
 /* --- records ------------------------------------------------------------- */
 void wk_emit(const lc_line *l)
 {
+    if (getpid() != wk_pid) _exit(LC_WK_EXIT_FORKED_CHILD);   /* a forked child never writes records */
+    int code = wk_fd_changed(0);
+    if (code) wk_broken(code);
     for (size_t off = 0; off < l->n;) {
         ssize_t w = write(LC_RECORD_FD, l->s + off, l->n - off);
         if (w < 0) {
             if (errno == EINTR) continue;
-            _exit(4);   /* the driver is gone */
+            if (errno == EBADF) wk_broken(LC_WK_EXIT_RECORD_CLOSED);
+            _exit(LC_WK_EXIT_DRIVER_GONE);
         }
         off += (size_t)w;
     }
+}
+
+static void wk_emit_child(long seq, pid_t pid, int st)
+{
+    lc_line l;
+    lc_enc_child(&l, seq, (long)pid, WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    wk_emit(&l);
 }
 
 void wk_fail(enum lc_error_kind kind, int refused, const char *fmt, ...)
@@ -54,7 +177,7 @@ void wk_fail(enum lc_error_kind kind, int refused, const char *fmt, ...)
     lc_line l;
     lc_enc_error(&l, kind, refused, msg);
     wk_emit(&l);
-    _exit(2);
+    _exit(LC_WK_EXIT_FAILED);
 }
 
 void wk_info(const char *key, const char *fmt, ...)
@@ -67,6 +190,22 @@ void wk_info(const char *key, const char *fmt, ...)
     lc_line l;
     lc_enc_info(&l, key, value);
     wk_emit(&l);
+}
+
+/* The cycle marker on stderr (LC_STDERR_MARK): what the subject writes
+ * after it belongs to cycle seq.  The leading newline ends a line the
+ * previous cycle left unfinished. */
+static void wk_stderr_mark(long seq)
+{
+    char m[96];
+    int n = snprintf(m, sizeof m, "\n" LC_STDERR_MARK "%ld\n", seq);
+    fflush(stderr);
+    for (int off = 0; off < n;) {
+        ssize_t w = write(2, m + off, (size_t)(n - off));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;   /* see the stderr check after the cycle */
+        off += (int)w;
+    }
 }
 
 /* --- one cycle ----------------------------------------------------------- */
@@ -105,6 +244,7 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     lc_line l;
     lc_enc_begin(&l, &id);
     wk_emit(&l);
+    wk_stderr_mark(seq);
     if (q->where) lc_alloc_recheck_tracemalloc();
     int where_obm = q->where && uses_own_obmalloc(q->config);
     if (where_obm) lc_alloc_obm_begin(PyThreadState_GetInterpreter(main_tstate), (uint32_t)seq);
@@ -118,6 +258,8 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     lc_alloc_set_recording(0);
     int64_t obm = where_obm ? lc_alloc_obm_end() : -1;
     PyThreadState_Swap(main_tstate);
+    wk_fds_check();
+    wk_children_collect(seq);
     /* in an interpreter that is not legacy, a failure may be its refusal */
     if (rc < 0)
         wk_fail(LC_ERR_SUBJECT, refused || !q->config->legacy, "the subject failed in cycle %ld (%s interpreter): %s",
@@ -289,6 +431,7 @@ static void run_cycles(const wk_request *q, PyThreadState *main_tstate)
         lc_slot sl = lc_schedule_at(&s, i);
         cycle(q, main_tstate, i + 1, &sl);
     }
+    wk_children_end(lc_schedule_length(&s));
     if (q->where) wk_report_where(&s);
 }
 
@@ -299,6 +442,8 @@ int main(int argc, char **argv)
                 LC_RECORD_FD);
         return 2;
     }
+    wk_fds_remember();
+    wk_children_start();
     wk_meters_open();
     wk_request q = {.config = &interp_configs[INTERP_LEGACY], .cycles = 100, .warmup = 10, .baseline = 1};
     parse_args(&q, argc, argv);
