@@ -141,6 +141,7 @@ enum lc_outcome {
 typedef struct lc_run {
     /* what was asked */
     lc_schedule sched;
+    long expected_cycles;   /* cycle records before 'D' counts as done (0: --list-extensions) */
     double timeout_s;
     int progress;       /* print a progress line on stderr */
     /* what the worker said */

@@ -19,6 +19,7 @@ extern char **environ;
 
 #define LC_WORKER_ARGS (2 * LC_MAX_IMPORTS + 24)
 #define LC_LATE_OUTPUT_S 2   /* output read after the records end (a grandchild may hold the pipe) */
+#define LC_POLL_MAX_S 60   /* longest single wait in the read loop, seconds */
 #define LC_READ_CHUNK 65536
 
 static double mono_s(void)
@@ -199,7 +200,9 @@ static void handle_line(lc_run *r, const char *line)
     case 'X': take_extension(r, &rec); break;
     case 'K': take_child(r, &rec); break;
     case 'E': take_error(r, &rec); break;
-    case 'D': r->outcome = LC_OUT_DONE; break;
+    case 'D':   /* done only after every planned cycle: a 'D' the subject wrote to fd 3 is not */
+        if ((long)r->ncyc >= r->expected_cycles) r->outcome = LC_OUT_DONE;
+        break;
     }
 }
 
@@ -320,7 +323,10 @@ static int gather(lc_run *r, const int fds[3])
         if (!open_[0] && mono_s() - rec_closed_at > LC_LATE_OUTPUT_S) break;
         struct pollfd p[3];
         for (int i = 0; i < 3; i++) p[i] = (struct pollfd){open_[i] ? fds[i] : -1, POLLIN, 0};
-        int left_ms = (int)((last + r->timeout_s - mono_s()) * 1000);
+        /* poll at most LC_POLL_MAX_S at a time: a huge --timeout must not
+           overflow the int of poll() (the loop re-checks the time left) */
+        double left_s = last + r->timeout_s - mono_s();
+        int left_ms = left_s > LC_POLL_MAX_S ? LC_POLL_MAX_S * 1000 : (int)(left_s * 1000);
         if (left_ms <= 0 && open_[0]) {
             hung = 1;
             break;
@@ -374,6 +380,7 @@ void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress
 {
     memset(r, 0, sizeof *r);
     r->sched = lc_schedule_make(q->warmup, q->cycles, lc_has_subject(q), q->baseline);
+    r->expected_cycles = q->list_extensions ? 0 : lc_schedule_length(&r->sched);
     r->timeout_s = timeout;
     r->progress = progress_line;
     r->outcome = LC_OUT_CRASH;
