@@ -53,7 +53,9 @@
 #include <thread>
 #include <type_traits>
 
-#include "../memmeter.h"
+extern "C" {
+#include "lc_alloc.h"   // leakcheck's allocator meter: CPython's allocators, each block once
+}
 
 // after every C++ header: check.h defines a macro `fail`
 #include <check.h>
@@ -104,7 +106,7 @@ static void init_main(bool meter)
     setenv("PYTHONPATH", MOD_DIR, 1);
     setenv("PYTHONHASHSEED", "0", 1);
     if (meter) {
-        mm_install();
+        lc_alloc_install(0);
     }
     Py_InitializeEx(0);
 }
@@ -141,11 +143,11 @@ static long long python_bytes_over(int warm, int n, F cycle)
     for (int i = 0; i < warm; i++) {
         cycle();
     }
-    long long before = mm_python_bytes();
+    long long before = lc_alloc_bytes();
     for (int i = 0; i < n; i++) {
         cycle();
     }
-    return mm_python_bytes() - before;
+    return lc_alloc_bytes() - before;
 }
 
 // The exact meter's verdict: what subject cycles keep per cycle must not
@@ -352,7 +354,7 @@ static long long main_round(bool modules)
         run(two_modules_code);
     }
     ck_assert_int_eq(Py_FinalizeEx(), 0);
-    return mm_python_bytes();
+    return lc_alloc_bytes();
 }
 
 START_TEST(test_main_finalize)
@@ -361,7 +363,7 @@ START_TEST(test_main_finalize)
     // internals at its POST_SHUTDOWN; a new Py_Initialize gets new ones.
     // Rounds 3..6 must keep what bare rounds keep.
     setenv("PYTHONPATH", MOD_DIR, 1);
-    mm_install();
+    lc_alloc_install(0);
     for (int i = 0; i < 2; i++) {
         main_round(true);
         main_round(false);
