@@ -75,7 +75,10 @@ static void error_cell(scan_cell *c, const lc_run *r)
     lc_scopy(c->status, sizeof c->status, refuses ? "refuses" : missing ? "not found" : "error");
     const char *m = strstr(r->error, ": ");
     const char *m2 = m ? strstr(m + 2, ": ") : NULL;
-    lc_scopy(c->message, sizeof c->message, m2 ? m2 + 2 : r->error);
+    if (m2 && r->begun.seq > 1)   /* the first cycle(s) imported it: say where it failed */
+        snprintf(c->message, sizeof c->message, "cycle %ld: %s", r->begun.seq, m2 + 2);
+    else
+        lc_scopy(c->message, sizeof c->message, m2 ? m2 + 2 : r->error);
 }
 
 /* A run that finished: a failed child of the subject (as a crash), pyfini's
