@@ -994,7 +994,8 @@ END_TEST
 START_TEST(test_scan_all)
 {
     result r = run_tool((const char *[]){"--scan", "--cycles", "4", "--warmup", "1", "--json", NULL});
-    ck_assert_msg(r.status == 0 || r.status == 1 || r.status == 3, "exit %d\n%s", r.status, tail(r.err));
+    /* any finding but "not judged" and usage errors: 2 is a module that raised */
+    ck_assert_msg(r.status >= 0 && r.status <= 3 && r.json, "exit %d\n%s", r.status, tail(r.err));
     json_t *mods = json_object_get(r.json, "modules");
     ck_assert_msg(json_array_size(mods) > 10, "only %zu modules", json_array_size(mods));
     size_t i;
