@@ -44,7 +44,9 @@ typedef struct scan_cols {
 static scan_cols scan_columns(const lc_request *q)
 {
     scan_cols c = {2, {INTERP_LEGACY, INTERP_ISOLATED}};
-    if (q->config_set) c = (scan_cols){1, {(int)(q->config - interp_configs), 0}};
+    /* by name: interp_configs is static in every file (common/interp_configs.h), so
+       q->config points into options.c's copy, not this file's */
+    if (q->config_set) c = (scan_cols){1, {(int)(interp_config_find(q->config->name) - interp_configs), 0}};
     return c;
 }
 
