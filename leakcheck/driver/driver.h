@@ -37,7 +37,7 @@ typedef struct lc_request {
     int nimports;
     const char *code, *file, *python, *csv;
     long cycles, warmup;
-    int cycles_set, warmup_set;
+    int cycles_set, warmup_set, config_set;
     double max_bytes, timeout;
     int timeout_set;
     int json, where, scan, baseline, demo, no_wrapper;

@@ -110,6 +110,10 @@ static void help_output(void)
         "                    and an isolated interpreter, refuse, crash, hang, lose memory?\n"
         "                    One table, worst first (--json: one document).  Few cycles per\n"
         "                    module (default 2 + 8), one worker process each, timeout 30 s.\n"
+        "                    --config C: that config's column only; --no-baseline and\n"
+        "                    --max-bytes-per-cycle apply to every row.  Exit status: 3 a\n"
+        "                    module crashed or hung, 2 one failed (not found, raised), 1\n"
+        "                    one leaks, 4 one was not judged, else 0.\n"
         "  --demo            bare legacy vs bare isolated interpreters, then --import json\n"
         "\n"
         "The run's verdict: LEAK if a bytes meter (rss, malloc, py*) judged LEAK or pyfini\n"
@@ -182,7 +186,7 @@ static void set_once(const char **field, const char *opt_name, const char *val)
 static void apply_value(lc_request *q, int c, const char *val)
 {
     switch (c) {
-    case O_CONFIG: set_config(q, val); break;
+    case O_CONFIG: set_config(q, val), q->config_set = 1; break;
     case O_IMPORT:
         if (q->nimports == LC_MAX_IMPORTS) lc_usage_error("at most %d --import options", LC_MAX_IMPORTS);
         if (!*val) lc_usage_error("--import needs a module name");
@@ -233,6 +237,9 @@ static void check_request(const lc_request *q)
     if (q->file && access(q->file, R_OK) != 0) lc_usage_error("--file %s: %s", q->file, strerror(errno));
     if (q->where && q->no_wrapper) lc_usage_error("--where needs the allocator wrapper: drop --no-allocator-wrapper");
     if (q->scan && (q->code || q->file)) lc_usage_error("--scan imports modules: --code and --file do not apply");
+    if (q->scan && q->where)
+        lc_usage_error("--scan runs few cycles per module and no --where: run --import MOD --where for one row");
+    if (q->scan && q->csv) lc_usage_error("--scan writes no --csv: run --import MOD --csv FILE for one row");
     if (q->demo && (q->scan || q->nimports || q->code || q->file))
         lc_usage_error("--demo runs its own subjects: no --scan, --import, --code or --file");
 }

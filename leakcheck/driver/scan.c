@@ -15,7 +15,8 @@
 #define LC_LIST_TIMEOUT_S 60
 #define LC_SCAN_CONFIGS 2    /* the columns: legacy, isolated */
 
-enum scan_severity { SEV_OK, SEV_REFUSES, SEV_ERROR, SEV_LEAK, SEV_HANG, SEV_CRASH };
+/* Worst last; a row's severity is its worst cell's. */
+enum scan_severity { SEV_OK, SEV_REFUSES, SEV_NOT_JUDGED, SEV_LEAK, SEV_ERROR, SEV_HANG, SEV_CRASH };
 
 typedef struct scan_cell {
     int ran;
@@ -28,12 +29,26 @@ typedef struct scan_cell {
 
 typedef struct scan_row {
     char name[256], path[1024];
+    int extension;   /* found by the worker's listing (lib-dynload, site-packages) */
     scan_cell cell[LC_SCAN_CONFIGS];
     enum scan_severity severity;
     double loss;
 } scan_row;
 
-static const int scan_configs[LC_SCAN_CONFIGS] = {INTERP_LEGACY, INTERP_ISOLATED};
+/* The columns: legacy and isolated, or the one --config given. */
+typedef struct scan_cols {
+    int n;
+    int cfg[LC_SCAN_CONFIGS];   /* index into interp_configs */
+} scan_cols;
+
+static scan_cols scan_columns(const lc_request *q)
+{
+    scan_cols c = {2, {INTERP_LEGACY, INTERP_ISOLATED}};
+    /* by name: interp_configs is static in every file (common/interp_configs.h), so
+       q->config points into options.c's copy, not this file's */
+    if (q->config_set) c = (scan_cols){1, {(int)(interp_config_find(q->config->name) - interp_configs), 0}};
+    return c;
+}
 
 /* The worker's last line of output. */
 static void crash_cell(scan_cell *c, const lc_run *r)
@@ -57,19 +72,25 @@ static void crash_cell(scan_cell *c, const lc_run *r)
 static void error_cell(scan_cell *c, const lc_run *r)
 {
     int refuses = r->outcome == LC_OUT_ERROR && r->error_refused;
+    int missing = r->outcome == LC_OUT_ERROR && !strcmp(r->error_kind, "usage") && strstr(r->error, "no module named");
     c->severity = refuses ? SEV_REFUSES : SEV_ERROR;
-    lc_scopy(c->status, sizeof c->status, refuses ? "refuses" : "error");
+    lc_scopy(c->status, sizeof c->status, refuses ? "refuses" : missing ? "not found" : "error");
     const char *m = strstr(r->error, ": ");
     const char *m2 = m ? strstr(m + 2, ": ") : NULL;
-    lc_scopy(c->message, sizeof c->message, m2 ? m2 + 2 : r->error);
+    if (m2 && r->begun.seq > 1)   /* the first cycle(s) imported it: say where it failed */
+        snprintf(c->message, sizeof c->message, "cycle %ld: %s", r->begun.seq, m2 + 2);
+    else
+        lc_scopy(c->message, sizeof c->message, m2 ? m2 + 2 : r->error);
 }
 
-/* LEAK: any bytes meter but RSS (too coarse for a few cycles) and py (the
- * sum of its rows). */
-static void judged_cell(scan_cell *c, const lc_run *r)
+/* A run that finished: a failed child of the subject (as a crash), pyfini's
+ * leak report on its stderr, or a LEAK of any bytes meter but RSS (too coarse
+ * for a few cycles) and py (the sum of its rows) above --max-bytes-per-cycle;
+ * no bytes meter judged: "not judged", never "ok". */
+static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
 {
     analysis a;
-    lc_analyse(r, &a, 0);
+    lc_analyse(r, &a, q->max_bytes);
     const meter_result *worst = NULL;
     for (size_t i = 0; i < LC_NMETERS; i++) {
         const meter_result *m = &a.m[i];
@@ -82,27 +103,44 @@ static void judged_cell(scan_cell *c, const lc_run *r)
         if (m->verdict == LC_LEAK && m->def->value != LC_V_PY && (!worst || m->judged->slope > worst->judged->slope))
             worst = m;
     }
-    if (!worst) {
+    const char *beyond = q->baseline ? " beyond the bare cycle" : "";
+    if (r->children.failed) {
+        const lc_child_end *e = r->children.nends ? &r->children.ends[0] : NULL;
+        c->severity = SEV_CRASH;
+        lc_scopy(c->status, sizeof c->status, "child failed");
+        snprintf(c->message, sizeof c->message, "%ld of %ld processes the subject forked did not exit 0 (first: %s %d)",
+                 r->children.failed, r->children.total, e && e->exit_code < 0 ? "signal" : "exit status",
+                 e ? (e->exit_code < 0 ? e->signal : e->exit_code) : 0);
+    } else if (worst) {
+        char b[32];
+        lc_fmt_bytes(b, sizeof b, worst->judged->slope, 1);
+        c->severity = SEV_LEAK;
+        c->loss = worst->judged->slope;
+        snprintf(c->status, sizeof c->status, "LEAK %s/cycle", b);
+        snprintf(c->message, sizeof c->message, "%s grows %s per cycle%s", worst->def->name, b, beyond);
+    } else if (r->err.leak_reports) {
+        const lc_leak_report *l = &r->err.leaks[0];
+        c->severity = SEV_LEAK;
+        lc_scopy(c->status, sizeof c->status, "LEAK pyfini report");
+        snprintf(c->message, sizeof c->message, "pyfini reported a leak %ld times: state \"%s\", %ld tracked objects "
+                 "still alive at POST_SHUTDOWN", r->err.leak_reports, r->err.nleaks ? l->state : "?",
+                 r->err.nleaks ? l->objects : 0L);
+    } else if (!a.bytes_no_leak) {
+        c->severity = SEV_NOT_JUDGED;
+        lc_scopy(c->status, sizeof c->status, "not judged");
+        snprintf(c->message, sizeof c->message, "no bytes meter could judge in %ld cycles", q->cycles);
+    } else {
         c->severity = SEV_OK;
         lc_scopy(c->status, sizeof c->status, "ok");
-        return;
     }
-    char b[32];
-    lc_fmt_bytes(b, sizeof b, worst->judged->slope, 1);
-    c->severity = SEV_LEAK;
-    c->loss = worst->judged->slope;
-    snprintf(c->status, sizeof c->status, "LEAK %s/cycle", b);
-    snprintf(c->message, sizeof c->message, "%s grows %s per cycle beyond the bare cycle", worst->def->name, b);
 }
 
-static void scan_one(scan_row *row, int k, const lc_request *q, double timeout)
+static void scan_one(scan_row *row, int cfg, scan_cell *c, const lc_request *q, double timeout)
 {
-    scan_cell *c = &row->cell[k];
     lc_request one = *q;
-    one.config = &interp_configs[scan_configs[k]];
+    one.config = &interp_configs[cfg];
     one.imports[0] = row->name;
     one.nimports = 1;
-    one.baseline = 1;
     one.where = 0;
     lc_run r;
     lc_run_request(&r, &one, timeout, 0);
@@ -119,7 +157,7 @@ static void scan_one(scan_row *row, int k, const lc_request *q, double timeout)
         snprintf(c->status, sizeof c->status, "interrupted");
         snprintf(c->message, sizeof c->message, "signal %d after %zu cycles", r.interrupted, r.ncyc);
     } else {
-        judged_cell(c, &r);
+        judged_cell(c, &r, q);
     }
     lc_run_free(&r);
 }
@@ -142,65 +180,88 @@ static scan_row *scan_rows(const lc_request *q, const lc_run *lr, size_t *n)
         if (!q->nimports) {
             lc_scopy(rows[i].name, sizeof rows[i].name, lr->extensions[i][0]);
             lc_scopy(rows[i].path, sizeof rows[i].path, lr->extensions[i][1]);
+            rows[i].extension = 1;
             continue;
         }
         lc_scopy(rows[i].name, sizeof rows[i].name, q->imports[i]);
         for (size_t j = 0; j < lr->nextensions; j++)
-            if (!strcmp(lr->extensions[j][0], q->imports[i]))
+            if (!strcmp(lr->extensions[j][0], q->imports[i])) {
                 lc_scopy(rows[i].path, sizeof rows[i].path, lr->extensions[j][1]);
+                rows[i].extension = 1;
+            }
     }
     return rows;
 }
 
-static void scan_all(scan_row *rows, size_t n, const lc_request *q, const lc_run *lr, double timeout)
+/* A config this Python has: the worker's 'configs' list names it. */
+static int has_config(const lc_run *lr, int cfg)
 {
-    int isolated_ok = strstr(lr->configs, interp_configs[INTERP_ISOLATED].name) != NULL;
+    if (interp_configs[cfg].legacy) return 1;
+    const char *name = interp_configs[cfg].name, *p = lr->configs;
+    size_t n = strlen(name);
+    for (; (p = strstr(p, name)); p += n)
+        if ((p == lr->configs || p[-1] == ' ' || p[-1] == ',') && (!p[n] || p[n] == ' ' || p[n] == ','))
+            return 1;
+    return 0;
+}
+
+static void scan_all(scan_row *rows, size_t n, const scan_cols *cols, const lc_request *q, const lc_run *lr,
+                     double timeout)
+{
     int tty = isatty(2);
     for (size_t i = 0; i < n; i++)
-        for (int k = 0; k < LC_SCAN_CONFIGS; k++) {
+        for (int k = 0; k < cols->n; k++) {
             scan_cell *c = &rows[i].cell[k];
-            if (scan_configs[k] == INTERP_ISOLATED && !isolated_ok) {
+            const interp_config *cfg = &interp_configs[cols->cfg[k]];
+            if (!has_config(lr, cols->cfg[k])) {
                 snprintf(c->status, sizeof c->status, "n/a");
-                snprintf(c->message, sizeof c->message, "CPython %s has only legacy interpreters", lr->version);
+                snprintf(c->message, sizeof c->message, "CPython %s has no %s interpreters (it has: %s)", lr->version,
+                         cfg->name, lr->configs);
                 continue;
             }
             if (tty)
-                fprintf(stderr, "\r\033[K[pyfini-leakcheck] scan %zu/%zu %s (%s)", i + 1, n, rows[i].name,
-                        interp_configs[scan_configs[k]].name), fflush(stderr);
+                fprintf(stderr, "\r\033[K[pyfini-leakcheck] scan %zu/%zu %s (%s)", i + 1, n, rows[i].name, cfg->name),
+                    fflush(stderr);
             if (lc_interrupted()) {
                 snprintf(c->status, sizeof c->status, "not run");
                 continue;
             }
-            scan_one(&rows[i], k, q, timeout);
+            scan_one(&rows[i], cols->cfg[k], c, q, timeout);
             if (c->severity > rows[i].severity) rows[i].severity = c->severity;
             if (c->severity == SEV_LEAK && c->loss > rows[i].loss) rows[i].loss = c->loss;
         }
     if (tty) fprintf(stderr, "\r\033[K");
 }
 
-static void print_scan_json(const scan_row *rows, size_t n, const lc_request *q, const lc_run *lr, int status)
+static void print_scan_json(const scan_row *rows, size_t n, const scan_cols *cols, const lc_request *q,
+                            const lc_run *lr, int status)
 {
-    json_t *o = json_object(), *arr = json_array();
+    json_t *o = json_object(), *arr = json_array(), *cj = json_array();
     json_object_set_new(o, "tool", lc_json_str("pyfini-leakcheck"));
     json_object_set_new(o, "tool_version", lc_json_str(LC_VERSION));
     json_object_set_new(o, "mode", lc_json_str("scan"));
     json_object_set_new(o, "python", lc_python_json(q, lr));
     json_object_set_new(o, "warmup", json_integer(q->warmup));
     json_object_set_new(o, "cycles", json_integer(q->cycles));
+    json_object_set_new(o, "judged", lc_json_str(q->baseline ? "excess" : "raw"));
+    json_object_set_new(o, "max_bytes_per_cycle", json_real(q->max_bytes));
+    for (int k = 0; k < cols->n; k++) json_array_append_new(cj, lc_json_str(interp_configs[cols->cfg[k]].name));
+    json_object_set_new(o, "configs", cj);
     for (size_t i = 0; i < n; i++) {
         json_t *rj = json_object();
         json_object_set_new(rj, "module", lc_json_str(rows[i].name));
         json_object_set_new(rj, "path", lc_json_str(rows[i].path));
-        for (int k = 0; k < LC_SCAN_CONFIGS; k++) {
+        json_object_set_new(rj, "extension", json_boolean(rows[i].extension));
+        for (int k = 0; k < cols->n; k++) {
             const scan_cell *c = &rows[i].cell[k];
-            json_t *cj = json_object();
-            json_object_set_new(cj, "status", lc_json_str(c->status));
-            json_object_set_new(cj, "message", lc_json_str(c->message));
-            json_object_set_new(cj, "py_per_cycle",
-                                c->ran && c->severity <= SEV_LEAK && c->py_known ? json_real(c->py_per_cycle) : json_null());
-            json_object_set_new(cj, "malloc_per_cycle", c->ran && (c->severity == SEV_OK || c->severity == SEV_LEAK)
-                                                            ? json_real(c->malloc_per_cycle) : json_null());
-            json_object_set_new(rj, interp_configs[scan_configs[k]].name, cj);
+            json_t *cellj = json_object();
+            json_object_set_new(cellj, "status", lc_json_str(c->status));
+            json_object_set_new(cellj, "message", lc_json_str(c->message));
+            json_object_set_new(cellj, "py_per_cycle", c->ran && (c->severity == SEV_OK || c->severity == SEV_LEAK) &&
+                                                           c->py_known ? json_real(c->py_per_cycle) : json_null());
+            json_object_set_new(cellj, "malloc_per_cycle", c->ran && (c->severity == SEV_OK || c->severity == SEV_LEAK)
+                                                               ? json_real(c->malloc_per_cycle) : json_null());
+            json_object_set_new(rj, interp_configs[cols->cfg[k]].name, cellj);
         }
         json_array_append_new(arr, rj);
     }
@@ -209,23 +270,50 @@ static void print_scan_json(const scan_row *rows, size_t n, const lc_request *q,
     lc_json_print(o, JSON_INDENT(2));
 }
 
-static void print_scan_text(const scan_row *rows, size_t n, const lc_request *q, const lc_run *lr, int status)
+static void print_scan_text(const scan_row *rows, size_t n, const scan_cols *cols, const lc_request *q,
+                            const lc_run *lr, int status)
 {
-    printf("pyfini-leakcheck --scan: CPython %s%s (%s build), %zu extension module%s, %ld warm-up + %ld judged "
-           "cycles each (excess over a bare cycle)\n\n", lr->version, lr->abiflags, lr->debug ? "debug" : "release", n,
-           lc_plural((long long)n), q->warmup, q->cycles);
-    printf("%-36s %-22s %-22s\n", "module", "legacy", "isolated");
-    for (size_t i = 0; i < n; i++) printf("%-36s %-22s %-22s\n", rows[i].name, rows[i].cell[0].status, rows[i].cell[1].status);
+    size_t next = 0;
+    for (size_t i = 0; i < n; i++) next += (size_t)rows[i].extension;
+    printf("pyfini-leakcheck --scan: CPython %s%s (%s build), ", lr->version, lr->abiflags,
+           lr->debug ? "debug" : "release");
+    if (next == n) printf("%zu extension module%s", n, lc_plural((long long)n));
+    else printf("%zu module%s (extension modules on sys.path among them: %zu)", n, lc_plural((long long)n), next);
+    printf(", %ld warm-up + %ld judged cycles each (%s)\n\n", q->warmup, q->cycles,
+           q->baseline ? "excess over a bare cycle" : "raw, --no-baseline");
+    printf("%-36s", "module");
+    for (int k = 0; k < cols->n; k++) printf(" %-22s", interp_configs[cols->cfg[k]].name);
+    printf("\n");
+    for (size_t i = 0; i < n; i++) {
+        printf("%-36s", rows[i].name);
+        for (int k = 0; k < cols->n; k++) printf(" %-22s", rows[i].cell[k].status);
+        printf("\n");
+    }
     int notes = 0;
     for (size_t i = 0; i < n; i++)
-        for (int k = 0; k < LC_SCAN_CONFIGS; k++) {
+        for (int k = 0; k < cols->n; k++) {
             const scan_cell *c = &rows[i].cell[k];
             if (!c->message[0] || !c->ran) continue;
             if (!notes++) printf("\nnotes:\n");
-            printf("  %s (%s): %s\n", rows[i].name, interp_configs[scan_configs[k]].name, c->message);
+            printf("  %s (%s): %s\n", rows[i].name, interp_configs[cols->cfg[k]].name, c->message);
         }
-    printf("\nLEAK = Python's allocators or malloc grew in every chunk beyond the bare cycle (few cycles: "
-           "check one module with --import for a full verdict).\nexit status %d\n", status);
+    printf("\nLEAK = Python's allocators or malloc grew in every chunk%s%s (few cycles: "
+           "check one module with --import for a full verdict).\nexit status %d\n",
+           q->baseline ? " beyond the bare cycle" : "", q->max_bytes > 0 ? " by more than --max-bytes-per-cycle" : "",
+           status);
+}
+
+/* 3 a crash or hang, 2 a failure (not found, raised), 1 a leak, 4 not
+ * judged, 0 otherwise: the worst row decides. */
+static int scan_status(const scan_row *rows, size_t n)
+{
+    static const int by_severity[] = {[SEV_OK] = 0, [SEV_REFUSES] = 0, [SEV_NOT_JUDGED] = LC_EXIT_NOT_JUDGED,
+                                      [SEV_LEAK] = LC_EXIT_LEAK, [SEV_ERROR] = LC_EXIT_USAGE,
+                                      [SEV_HANG] = LC_EXIT_CRASH, [SEV_CRASH] = LC_EXIT_CRASH};
+    enum scan_severity worst = SEV_OK;
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].severity > worst) worst = rows[i].severity;
+    return by_severity[worst];
 }
 
 int lc_scan(const lc_request *q)
@@ -243,6 +331,13 @@ int lc_scan(const lc_request *q)
     s.cycles = q->cycles_set ? q->cycles : LC_SCAN_CYCLES;
     s.warmup = q->warmup_set ? q->warmup : LC_SCAN_WARMUP;
     double timeout = q->timeout_set ? q->timeout : LC_SCAN_TIMEOUT_S;
+    scan_cols cols = scan_columns(q);
+    if (q->config_set && !has_config(&lr, cols.cfg[0])) {
+        fprintf(stderr, "pyfini-leakcheck: --config %s: CPython %s has no such interpreters (it has: %s)\n",
+                q->config->name, lr.version, lr.configs);
+        lc_run_free(&lr);
+        return LC_EXIT_USAGE;
+    }
     size_t n;
     scan_row *rows = scan_rows(&s, &lr, &n);
     if (!rows) {
@@ -250,16 +345,12 @@ int lc_scan(const lc_request *q)
         lc_run_free(&lr);
         return 3;
     }
-    scan_all(rows, n, &s, &lr, timeout);
+    scan_all(rows, n, &cols, &s, &lr, timeout);
     qsort(rows, n, sizeof *rows, cmp_rows);
-    int status = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (rows[i].severity >= SEV_HANG) status = 3;
-        else if (rows[i].severity == SEV_LEAK && status < 1) status = 1;
-    }
+    int status = scan_status(rows, n);
     if (lc_interrupted()) status = LC_EXIT_INTERRUPTED;   /* the table shows the modules done */
-    if (q->json) print_scan_json(rows, n, &s, &lr, status);
-    else print_scan_text(rows, n, &s, &lr, status);
+    if (q->json) print_scan_json(rows, n, &cols, &s, &lr, status);
+    else print_scan_text(rows, n, &cols, &s, &lr, status);
     free(rows);
     lc_run_free(&lr);
     return status;

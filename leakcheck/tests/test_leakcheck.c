@@ -913,11 +913,89 @@ START_TEST(test_scan_modules)
 }
 END_TEST
 
+/* the status of a scan row's column, or NULL */
+static const char *scan_status_of(const result *r, const char *module, const char *config)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(r->json, "modules"), i, m)
+        if (!strcmp(json_string_value(json_object_get(m, "module")), module))
+            return json_string_value(json_object_get(json_object_get(m, config), "status"));
+    return NULL;
+}
+
+/* a module that does not exist is a failure of the scan (exit 2), not a pass;
+ * --no-baseline reaches the rows; the header counts extension modules apart */
+START_TEST(test_scan_missing_module)
+{
+    result r = run_tool((const char *[]){"--scan", "--import", "no_such_module_pyfini", "--import", "_pyfini_noleak64",
+                                         "--import", "json", "--config", "legacy", "--no-baseline", "--cycles", "4",
+                                         "--warmup", "0", NULL});
+    ck_assert_msg(r.status == 2, "exit %d, expected 2\n%s%s", r.status, tail(r.out), tail(r.err));
+    ck_assert_msg(strstr(r.out, "3 modules (extension modules on sys.path among them: 1), ") &&
+                      strstr(r.out, "(raw, --no-baseline)"), "header:\n%s", tail(r.out));
+    ck_assert_msg(strstr(r.out, "\nno_such_module_pyfini                not found"), "row:\n%s", tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
+/* --config (one column) and --max-bytes-per-cycle reach every row; --where
+ * and --csv are refused */
+START_TEST(test_scan_options)
+{
+    result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_leak64", "--config", "legacy",
+                                         "--max-bytes-per-cycle", "100", "--cycles", "4", "--warmup", "0", "--json", NULL});
+    ck_assert_msg(r.status == 0, "64 B/cycle under --max-bytes-per-cycle 100: exit %d\n%s%s", r.status, tail(r.out),
+                  tail(r.err));
+    ck_assert_str_eq(scan_status_of(&r, "_pyfini_leak64", "legacy"), "ok");
+    json_t *row = json_array_get(json_object_get(r.json, "modules"), 0);
+    ck_assert_msg(!json_object_get(row, "isolated"), "--config legacy still has an isolated column");
+    ck_assert_int_eq(json_array_size(json_object_get(r.json, "configs")), 1);
+    free_result(&r);
+    expect_usage((const char *[]){"--scan", "--where", NULL}, "--import MOD --where");
+    expect_usage((const char *[]){"--scan", "--csv", "/dev/null", NULL}, "writes no --csv");
+    if (!at_least(3, 12))
+        expect_usage((const char *[]){"--scan", "--config", "isolated", "--import", "_json", NULL},
+                     "has no such interpreters");
+}
+END_TEST
+
+/* a row is as bad as its worst finding: pyfini's leak report on the
+ * subject's stderr (the meters allowed 1 MB/cycle), a child that failed */
+START_TEST(test_scan_reports_and_children)
+{
+    result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_trackleak", "--config", "legacy",
+                                         "--max-bytes-per-cycle", "1000000", "--cycles", "4", "--warmup", "0", "--json", NULL});
+    ck_assert_msg(r.status == 1, "exit %d, expected 1\n%s%s", r.status, tail(r.out), tail(r.err));
+    ck_assert_str_eq(scan_status_of(&r, "_pyfini_trackleak", "legacy"), "LEAK pyfini report");
+    free_result(&r);
+    char dir[] = "/tmp/lc-test-fork-XXXXXX";
+    ck_assert(mkdtemp(dir));
+    char mod[sizeof dir + 32], path[4096];
+    snprintf(mod, sizeof mod, "%s/_lc_forker.py", dir);
+    FILE *f = fopen(mod, "w");
+    ck_assert(f);
+    fputs("import os\nif os.fork() == 0:\n    os._exit(1)\n", f);
+    fclose(f);
+    const char *pp = getenv("PYTHONPATH");
+    snprintf(path, sizeof path, "%s:%s", dir, pp ? pp : "");
+    setenv("PYTHONPATH", path, 1);   /* this test's own process (fork mode) */
+    r = run_tool((const char *[]){"--scan", "--import", "_lc_forker", "--config", "legacy", "--cycles", "4", "--warmup",
+                                  "0", "--json", NULL});
+    unlink(mod);
+    rmdir(dir);
+    ck_assert_msg(r.status == 3, "exit %d, expected 3\n%s%s", r.status, tail(r.out), tail(r.err));
+    ck_assert_str_eq(scan_status_of(&r, "_lc_forker", "legacy"), "child failed");
+    free_result(&r);
+}
+END_TEST
+
 /* a whole scan of the Python's extension modules finishes, one row each */
 START_TEST(test_scan_all)
 {
     result r = run_tool((const char *[]){"--scan", "--cycles", "4", "--warmup", "1", "--json", NULL});
-    ck_assert_msg(r.status == 0 || r.status == 1 || r.status == 3, "exit %d\n%s", r.status, tail(r.err));
+    /* any finding but "not judged" and usage errors: 2 is a module that raised */
+    ck_assert_msg(r.status >= 0 && r.status <= 3 && r.json, "exit %d\n%s", r.status, tail(r.err));
     json_t *mods = json_object_get(r.json, "modules");
     ck_assert_msg(json_array_size(mods) > 10, "only %zu modules", json_array_size(mods));
     size_t i;
@@ -972,6 +1050,9 @@ int main(void)
         {"json_and_csv", test_json_and_csv, 60},
         {"scan_modules", test_scan_modules, 120},
         {"scan_one_module", test_scan_one_module, 60},
+        {"scan_missing_module", test_scan_missing_module, 60},
+        {"scan_options", test_scan_options, 60},
+        {"scan_reports_and_children", test_scan_reports_and_children, 60},
         {"scan_all", test_scan_all, 600},
         {"other_python", test_other_python, 300},
     };

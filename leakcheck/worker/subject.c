@@ -189,13 +189,7 @@ static const char list_extensions_src[] =
     "        if not os.path.isdir(entry):\n"
     "            continue\n"
     "        base = os.path.basename(entry)\n"
-    "        if base == 'lib-dynload':\n"
-    "            for f in sorted(os.listdir(entry)):\n"
-    "                for s in sufs:\n"
-    "                    if f.endswith(s):\n"
-    "                        add(f[:-len(s)], os.path.join(entry, f))\n"
-    "                        break\n"
-    "        elif base in ('site-packages', 'dist-packages'):\n"
+    "        if base in ('site-packages', 'dist-packages'):\n"
     "            for root, dirs, files in os.walk(entry):\n"
     "                rel = os.path.relpath(root, entry)\n"
     "                parts = [] if rel == '.' else rel.split(os.sep)\n"
@@ -208,6 +202,12 @@ static const char list_extensions_src[] =
     "                        if f.endswith(s):\n"
     "                            add('.'.join(parts + [f[:-len(s)]]), os.path.join(root, f))\n"
     "                            break\n"
+    "        else:  # lib-dynload, PYTHONPATH entries: top level only\n"
+    "            for f in sorted(os.listdir(entry)):\n"
+    "                for s in sufs:\n"
+    "                    if f.endswith(s):\n"
+    "                        add(f[:-len(s)], os.path.join(entry, f))\n"
+    "                        break\n"
     "    return sorted(out.items())\n";
 
 void wk_list_extensions(void)
