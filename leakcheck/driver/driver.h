@@ -42,6 +42,7 @@ typedef struct lc_request {
     int timeout_set;
     int json, where, scan, baseline, demo, no_wrapper;
     int list_extensions;        /* the worker lists extension modules instead of running cycles */
+    int version;                /* --version: print the version and the CPython, run nothing */
     char worker[LC_PATH_MAX];   /* the worker that runs it */
 } lc_request;
 
@@ -252,5 +253,9 @@ int lc_scan(const lc_request *q);
 /* --python: path of a worker for that CPython (built into a cache once). */
 int lc_worker_for_python(const char *want, char *out, size_t n, char *err, size_t errn);
 int lc_default_worker(char *out, size_t n, char *err, size_t errn);
+/* --version: the tool's version, then the CPython a run would use (the
+ * build's, or --python's) and its worker, without building it; 0, or -1
+ * with err set when --python names no usable CPython. */
+int lc_print_version(FILE *f, const char *python, char *err, size_t errn);
 
 #endif

@@ -58,6 +58,11 @@ int main(int argc, char **argv)
     static lc_request q;   /* large (the worker's path): not on the stack */
     lc_parse_args(&q, argc, argv);
     char err[LC_MESSAGE_MAX];
+    if (q.version) {
+        if (lc_print_version(stdout, q.python, err, sizeof err) == 0) return 0;
+        fprintf(stderr, "pyfini-leakcheck: %s\n", err);
+        return 2;
+    }
     int rc = q.python ? lc_worker_for_python(q.python, q.worker, sizeof q.worker, err, sizeof err)
                       : lc_default_worker(q.worker, sizeof q.worker, err, sizeof err);
     if (rc < 0) {

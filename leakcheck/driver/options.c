@@ -31,8 +31,9 @@ static void help_usage_and_configs(void)
         "usage: pyfini-leakcheck [--config %s]\n"
         "                        [--import MOD]... [--code SRC] [--file F]\n"
         "                        [--cycles N] [--warmup W] [--no-baseline] [--python X.Y]\n"
-        "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--where]\n"
-        "                        [--timeout S] [--scan] [--demo]\n"
+        "                        [--max-bytes-per-cycle B] [--json] [--csv FILE]\n"
+        "                        [--where] [--timeout S] [--no-allocator-wrapper] [--scan] [--demo]\n"
+        "       pyfini-leakcheck --version [--python X.Y] | --help\n"
         "\n"
         "Creates and ends CPython interpreters over and over, runs the subject in each,\n"
         "reads the meters below after every cycle, and judges per meter whether a cycle\n"
@@ -67,6 +68,8 @@ static void help_subject_and_run(void)
         "                    build, or the path of its python3.X-config); its worker is\n"
         "                    compiled once into ~/.cache/pyfini-leakcheck\n"
         "  --timeout S       a cycle that takes longer than S seconds is a hang (default 120)\n"
+        "  --no-allocator-wrapper  do not wrap Python's allocators: undistorted rss and\n"
+        "                    malloc figures, but the py* and blocks meters are off\n"
         "\n");
 }
 
@@ -130,7 +133,11 @@ static void help_output(void)
         "  4  not judged: the run finished but no bytes meter could judge\n"
         "  5  interrupted (SIGINT, SIGTERM): the report of the finished cycles, marked\n"
         "     INTERRUPTED, not a verdict; the worker is killed\n"
-        "A progress line is shown on a terminal only.\n", LC_SITES_PER_DOMAIN,
+        "A progress line is shown on a terminal only.\n"
+        "\n"
+        "  --version         the version, then the CPython a run would use (the build's,\n"
+        "                    or that of --python X.Y) and its worker\n"
+        "  --help            this text\n", LC_SITES_PER_DOMAIN,
         lc_schedule_min_cycles(1, 1));
 }
 
@@ -163,7 +170,7 @@ static long parse_int(const char *name, const char *s, long min)
 }
 
 enum { O_CONFIG = 1000, O_IMPORT, O_CODE, O_FILE, O_CYCLES, O_WARMUP, O_PYTHON, O_MAXB, O_JSON, O_CSV,
-       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP };
+       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_LAST = O_NOWRAP };
 
 static void set_config(lc_request *q, const char *name)
 {
@@ -199,7 +206,7 @@ static void apply_value(lc_request *q, int c, const char *val)
     }
 }
 
-/* One option (getopt_long's return c); flags set fields, --help and --version exit. */
+/* One option (getopt_long's return c); flags set fields, --help exits. */
 static void apply_option(lc_request *q, int c, char **argv)
 {
     switch (c) {
@@ -211,10 +218,10 @@ static void apply_option(lc_request *q, int c, char **argv)
     case O_NOWRAP: q->no_wrapper = 1; break;
     case 'h':
     case O_HELP: help(); exit(0);
-    case O_VERSION: printf("pyfini-leakcheck %s\n", LC_VERSION); exit(0);
+    case O_VERSION: q->version = 1; break;
     case ':': lc_usage_error("option '%s' needs a value", argv[optind - 1]);
     default:
-        if (c >= O_CONFIG && c <= O_NOWRAP) {
+        if (c >= O_CONFIG && c <= O_LAST) {
             apply_value(q, c, optarg);
             break;
         }
@@ -259,5 +266,5 @@ void lc_parse_args(lc_request *q, int argc, char **argv)
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) apply_option(q, c, argv);
     if (optind < argc) lc_usage_error("unexpected argument '%s' (a module is given with --import)", argv[optind]);
-    check_request(q);
+    if (!q->version) check_request(q);   /* --version runs nothing: only --python matters */
 }

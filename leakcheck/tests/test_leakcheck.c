@@ -252,9 +252,44 @@ START_TEST(test_help)
     result r = run_tool((const char *[]){"--help", NULL});
     ck_assert_int_eq(r.status, 0);
     static const char *const words[] = {"rss", "malloc", "py.raw", "py.obj", "blocks", "refs", "fds", "time",
-                                        "--where", "--scan", "--no-baseline", "Exit status", "not judged", "  4  "};
+                                        "--where", "--scan", "--no-baseline", "--version",
+                                        "--no-allocator-wrapper", "Exit status", "not judged", "  4  "};
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)
         ck_assert_msg(strstr(r.out, words[i]) != NULL, "--help does not explain %s", words[i]);
+    free_result(&r);
+}
+END_TEST
+
+/* --version: the project's version (CMake's project(VERSION), the one
+ * source), then the CPython a run would use and its worker; with --python,
+ * that CPython's, without building its worker. */
+START_TEST(test_version)
+{
+    char want[128];
+    snprintf(want, sizeof want, "pyfini-leakcheck %s\nCPython %s", LC_TEST_TOOL_VERSION, LC_TEST_PY_VERSION);
+    result r = run_tool((const char *[]){"--version", NULL});
+    ck_assert_msg(r.status == 0 && !strncmp(r.out, want, strlen(want)), "exit %d:\n%s%s", r.status, r.out, r.err);
+    ck_assert_msg(strstr(r.out, "\nworker /") && strstr(r.out, "the build's"), "%s", r.out);
+    free_result(&r);
+    /* --version runs nothing, so the options of a run are not judged */
+    r = run_tool((const char *[]){"--cycles", "1", "--version", NULL});
+    ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
+    free_result(&r);
+    expect_usage((const char *[]){"--version", "--python", "3.99", NULL}, "--python 3.99: no python3.99-config");
+    const char *other = getenv("LC_TEST_OTHER_PYTHON");
+    if (!other || !*other) {
+        printf("NOTE version: no other host CPython for --version --python\n");
+        return;
+    }
+    char cache[PATH_MAX];
+    snprintf(cache, sizeof cache, "/tmp/lc-test-version-XXXXXX");
+    ck_assert(mkdtemp(cache) != NULL);
+    setenv("XDG_CACHE_HOME", cache, 1);   /* an empty cache: the worker is not built */
+    r = run_tool((const char *[]){"--version", "--python", other, NULL});
+    snprintf(want, sizeof want, "\nCPython %s (--python %s: /", other, other);
+    ck_assert_msg(r.status == 0 && strstr(r.out, want) && strstr(r.out, "(built on first use)"), "exit %d:\n%s%s",
+                  r.status, r.out, r.err);
+    ck_assert_msg(rmdir(cache) == 0, "--version wrote into the cache %s", cache);
     free_result(&r);
 }
 END_TEST
@@ -949,6 +984,7 @@ int main(void)
     struct { const char *name; const TTest *fn; int timeout; } cases[] = {
         {"bad_input", test_bad_input, 60},
         {"help", test_help, 10},
+        {"version", test_version, 30},
         {"too_few_cycles", test_too_few_cycles, 60},
         {"python_too_old", test_python_too_old, 60},
         {"subject_closes_fds", test_subject_closes_fds, 120},
