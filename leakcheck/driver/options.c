@@ -31,7 +31,7 @@ static void help_usage_and_configs(void)
         "usage: pyfini-leakcheck [--config %s]\n"
         "                        [--import MOD]... [--code SRC] [--file F]\n"
         "                        [--cycles N] [--warmup W] [--no-baseline] [--python X.Y]\n"
-        "                        [--max-bytes-per-cycle B] [--json] [--csv FILE]\n"
+        "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--junit FILE]\n"
         "                        [--where] [--timeout S] [--no-allocator-wrapper] [--scan] [--demo]\n"
         "       pyfini-leakcheck --version [--python X.Y] | --help\n"
         "\n"
@@ -99,6 +99,10 @@ static void help_output(void)
         "Output:\n"
         "  --json            one JSON document on stdout instead of the report\n"
         "  --csv FILE        one row per cycle: readings and increases of every meter\n"
+        "  --junit FILE      a JUnit XML report for CI: one test case per config and subject\n"
+        "                    (--scan: per module and config; --demo: per line).  LEAK is a\n"
+        "                    failure; a crash, hang or failed subject an error; not judged\n"
+        "                    is skipped, never passed; the report is the test case's text\n"
         "  --where           who allocated what is still held after the judged cycles:\n"
         "                    call stacks (libunwind, symbolised with elfutils libdw) of the\n"
         "                    blocks allocated through Python's allocators, grouped by site,\n"
@@ -170,7 +174,7 @@ static long parse_int(const char *name, const char *s, long min)
 }
 
 enum { O_CONFIG = 1000, O_IMPORT, O_CODE, O_FILE, O_CYCLES, O_WARMUP, O_PYTHON, O_MAXB, O_JSON, O_CSV,
-       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_LAST = O_NOWRAP };
+       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_JUNIT, O_LAST = O_JUNIT };
 
 static void set_config(lc_request *q, const char *name)
 {
@@ -202,6 +206,10 @@ static void apply_value(lc_request *q, int c, const char *val)
     case O_PYTHON: q->python = val; break;
     case O_MAXB: q->max_bytes = parse_num("--max-bytes-per-cycle", val, 0); break;
     case O_CSV: q->csv = val; break;
+    case O_JUNIT:
+        set_once(&q->junit, "--junit", val);
+        if (!*val) lc_usage_error("--junit needs a file name");
+        break;
     case O_TIMEOUT: q->timeout = parse_num("--timeout", val, 0.1), q->timeout_set = 1; break;
     }
 }
@@ -256,6 +264,7 @@ void lc_parse_args(lc_request *q, int argc, char **argv)
         {"no-baseline", no_argument, 0, O_NOBASE},    {"timeout", required_argument, 0, O_TIMEOUT},
         {"demo", no_argument, 0, O_DEMO},             {"help", no_argument, 0, O_HELP},
         {"version", no_argument, 0, O_VERSION},       {"no-allocator-wrapper", no_argument, 0, O_NOWRAP},
+        {"junit", required_argument, 0, O_JUNIT},
         {0, 0, 0, 0}};
     memset(q, 0, sizeof *q);
     q->config = &interp_configs[INTERP_LEGACY];

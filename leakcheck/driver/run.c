@@ -22,7 +22,7 @@ extern char **environ;
 #define LC_POLL_MAX_S 60   /* longest single wait in the read loop, seconds */
 #define LC_READ_CHUNK 65536
 
-static double mono_s(void)
+double lc_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -317,15 +317,15 @@ static int gather(lc_run *r, const int fds[3])
     static char buf[LC_READ_CHUNK];
     line_buf lb = {0};
     int open_[3] = {1, 1, 1}, hung = 0;
-    double last = mono_s(), rec_closed_at = 0;
+    double last = lc_now(), rec_closed_at = 0;
     while (open_[0] || open_[1] || open_[2]) {
         if (lc_interrupt_signal) break;
-        if (!open_[0] && mono_s() - rec_closed_at > LC_LATE_OUTPUT_S) break;
+        if (!open_[0] && lc_now() - rec_closed_at > LC_LATE_OUTPUT_S) break;
         struct pollfd p[3];
         for (int i = 0; i < 3; i++) p[i] = (struct pollfd){open_[i] ? fds[i] : -1, POLLIN, 0};
         /* poll at most LC_POLL_MAX_S at a time: a huge --timeout must not
            overflow the int of poll() (the loop re-checks the time left) */
-        double left_s = last + r->timeout_s - mono_s();
+        double left_s = last + r->timeout_s - lc_now();
         int left_ms = left_s > LC_POLL_MAX_S ? LC_POLL_MAX_S * 1000 : (int)(left_s * 1000);
         if (left_ms <= 0 && open_[0]) {
             hung = 1;
@@ -347,10 +347,10 @@ static int gather(lc_run *r, const int fds[3])
             ssize_t k = read(fds[0], buf, sizeof buf);
             if (k <= 0) {
                 open_[0] = 0;
-                rec_closed_at = mono_s();
+                rec_closed_at = lc_now();
                 continue;
             }
-            last = mono_s();
+            last = lc_now();
             feed(r, &lb, buf, (size_t)k);
         }
     }

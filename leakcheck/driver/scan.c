@@ -24,6 +24,7 @@ typedef struct scan_cell {
     char message[600];
     double py_per_cycle, malloc_per_cycle, loss;
     int py_known;
+    int judged;          /* ok: a bytes meter judged "no leak" (else ok only means no LEAK seen) */
 } scan_cell;
 
 typedef struct scan_row {
@@ -83,6 +84,7 @@ static void judged_cell(scan_cell *c, const lc_run *r)
             worst = m;
     }
     if (!worst) {
+        c->judged = a.bytes_no_leak;
         c->severity = SEV_OK;
         lc_scopy(c->status, sizeof c->status, "ok");
         return;
@@ -152,6 +154,39 @@ static scan_row *scan_rows(const lc_request *q, const lc_run *lr, size_t *n)
     return rows;
 }
 
+/* --junit: one test case per module and config (see report_junit.c). */
+static void junit_cell(const scan_row *row, int k, double seconds)
+{
+    const scan_cell *c = &row->cell[k];
+    const char *config = interp_configs[scan_configs[k]].name;
+    char classname[128], message[sizeof c->status + sizeof c->message + 4], *text = NULL;
+    snprintf(classname, sizeof classname, "pyfini-leakcheck.scan.%s", config);
+    snprintf(message, sizeof message, "%s%s%s", c->status, c->message[0] ? ": " : "", c->message);
+    enum lc_case_result res = LC_CASE_ERROR;   /* error, HANG, CRASH, interrupted */
+    const char *type = c->status;
+    if (!c->ran) {
+        res = LC_CASE_SKIPPED;   /* n/a, not run */
+    } else if (!strcmp(c->status, "interrupted")) {
+        res = LC_CASE_ERROR;
+    } else if (c->severity == SEV_OK && c->judged) {
+        res = LC_CASE_PASS;
+    } else if (c->severity == SEV_OK) {
+        res = LC_CASE_SKIPPED;   /* no LEAK seen, but no bytes meter judged "no leak" */
+        type = "not judged";
+        snprintf(message, sizeof message, "not judged: no LEAK, but no bytes meter judged \"no leak\"");
+    } else if (c->severity == SEV_LEAK) {
+        res = LC_CASE_FAILURE;
+        type = "LEAK";
+    } else if (c->severity == SEV_REFUSES) {
+        res = LC_CASE_SKIPPED;   /* the config refused the module: a finding, not a failure */
+    }
+    if (asprintf(&text, "pyfini-leakcheck --scan: module %s%s%s%s, config %s: %s\n", row->name,
+                 row->path[0] ? " (" : "", row->path, row->path[0] ? ")" : "", config, message) < 0)
+        text = NULL;
+    lc_junit_add(classname, row->name, seconds, res, type, message, text);
+    free(text);
+}
+
 static void scan_all(scan_row *rows, size_t n, const lc_request *q, const lc_run *lr, double timeout)
 {
     int isolated_ok = strstr(lr->configs, interp_configs[INTERP_ISOLATED].name) != NULL;
@@ -162,6 +197,7 @@ static void scan_all(scan_row *rows, size_t n, const lc_request *q, const lc_run
             if (scan_configs[k] == INTERP_ISOLATED && !isolated_ok) {
                 snprintf(c->status, sizeof c->status, "n/a");
                 snprintf(c->message, sizeof c->message, "CPython %s has only legacy interpreters", lr->version);
+                if (q->junit) junit_cell(&rows[i], k, 0);
                 continue;
             }
             if (tty)
@@ -169,9 +205,12 @@ static void scan_all(scan_row *rows, size_t n, const lc_request *q, const lc_run
                         interp_configs[scan_configs[k]].name), fflush(stderr);
             if (lc_interrupted()) {
                 snprintf(c->status, sizeof c->status, "not run");
+                if (q->junit) junit_cell(&rows[i], k, 0);
                 continue;
             }
+            double t0 = lc_now();
             scan_one(&rows[i], k, q, timeout);
+            if (q->junit) junit_cell(&rows[i], k, lc_now() - t0);
             if (c->severity > rows[i].severity) rows[i].severity = c->severity;
             if (c->severity == SEV_LEAK && c->loss > rows[i].loss) rows[i].loss = c->loss;
         }
