@@ -35,6 +35,13 @@ typedef struct lc_layout {
     int installed;
 } lc_layout;
 
+static void canonical(char *path, size_t n)
+{
+    char *c = realpath(path, NULL);
+    if (c && strlen(c) < n) strcpy(path, c);
+    free(c);
+}
+
 static const lc_layout *layout(void)
 {
     static lc_layout L;
@@ -47,6 +54,8 @@ static const lc_layout *layout(void)
         *slash = 0;
         snprintf(L.worker, sizeof L.worker, "%s/%s", self, LC_INSTALL_WORKER_REL);
         snprintf(L.source, sizeof L.source, "%.*s/%s", LC_SOURCE_DIR_MAX - 64, self, LC_INSTALL_SOURCE_REL);
+        canonical(L.worker, sizeof L.worker);   /* PREFIX/bin/../libexec -> PREFIX/libexec */
+        canonical(L.source, sizeof L.source);
         L.installed = 1;
     } else {
         lc_scopy(L.worker, sizeof L.worker, LC_WORKER_PATH);
@@ -471,10 +480,11 @@ int lc_print_version(FILE *f, const char *python, char *err, size_t errn)
         if (lc_default_worker(worker, sizeof worker, err, errn) < 0) return -1;
         fprintf(f, "CPython %s (the build's: %s; --python X.Y picks another)\nworker %s\n", LC_BUILD_PY_TAG,
                 LC_BUILD_PYTHON_CONFIG, worker);
-        return 0;
+    } else {
+        if (worker_for(python, 0, worker, sizeof worker, config, ver, abi, err, errn) < 0) return -1;
+        fprintf(f, "CPython %s%s (--python %s: %s)\nworker %s%s\n", ver, abi, python, config, worker,
+                access(worker, X_OK) == 0 ? "" : " (built on first use)");
     }
-    if (worker_for(python, 0, worker, sizeof worker, config, ver, abi, err, errn) < 0) return -1;
-    fprintf(f, "CPython %s%s (--python %s: %s)\nworker %s%s\n", ver, abi, python, config, worker,
-            access(worker, X_OK) == 0 ? "" : " (built on first use)");
+    fprintf(f, "sources %s (of workers for --python)\n", layout()->source);
     return 0;
 }

@@ -1023,7 +1023,7 @@ START_TEST(test_junit)
     /* --scan: one test case per module and config; 3.11 has no isolated
        interpreter: skipped there, never passed */
     junit_case(dir, "scan", (const char *[]){"--scan", "--import", "_pyfini_leak64", "--cycles", "4", "--warmup", "1",
-                                             NULL}, 1,
+                                             "--json", NULL}, 1,
                (const xp[]){{"count(//testcase)", "2"},
                             {"string(//testcase[1]/@classname)", "pyfini-leakcheck.scan.legacy"},
                             {"string(//testcase[1]/@name)", "_pyfini_leak64"},
