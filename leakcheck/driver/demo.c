@@ -81,7 +81,7 @@ int lc_demo(const lc_request *q)
         d.imports[0] = runs[i].import;
         lc_run r;
         double t0 = lc_now();
-        lc_run_request(&r, &d, q->timeout, isatty(2));
+        lc_run_request(&r, &d, q->timeout, lc_show_progress(q));
         if (q->junit) junit_line(&d, &r, lc_now() - t0);
         char label[64];
         snprintf(label, sizeof label, "%s %s", d.config->name, runs[i].import ? "--import json" : "bare");

@@ -43,6 +43,7 @@ typedef struct lc_request {
     double max_bytes, timeout;
     int timeout_set;
     int json, where, scan, baseline, demo, no_wrapper;
+    int quiet;                  /* --quiet: no progress line */
     int list_extensions;        /* the worker lists extension modules instead of running cycles */
     int version;                /* --version: print the version and the CPython, run nothing */
     char worker[LC_PATH_MAX];   /* the worker that runs it */
@@ -147,6 +148,7 @@ typedef struct lc_run {
     long expected_cycles;   /* cycle records before 'D' counts as done (0: --list-extensions) */
     double timeout_s;
     int progress;       /* print a progress line on stderr */
+    double started, drawn;   /* lc_now() at the start, at the last progress line */
     /* what the worker said */
     char version[64], abiflags[16], executable[1024], compiler[256], configs[256];
     int debug;
@@ -181,6 +183,8 @@ typedef struct lc_run {
 void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress);
 void lc_run_free(lc_run *r);
 int lc_interrupted(void);   /* SIGINT or SIGTERM received (its number), 0 none */
+/* Show a progress line: stderr is a terminal and no --quiet. */
+int lc_show_progress(const lc_request *q);
 
 /* --- meters and judgement (analyse.c) ------------------------------------ */
 typedef struct lc_meter_def {

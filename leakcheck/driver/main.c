@@ -38,7 +38,7 @@ static int run_check(const lc_request *q)
 {
     lc_run r;
     double t0 = lc_now();
-    lc_run_request(&r, q, q->timeout, isatty(2));
+    lc_run_request(&r, q, q->timeout, lc_show_progress(q));
     double seconds = lc_now() - t0;
     if (r.outcome == LC_OUT_ERROR || r.outcome == LC_OUT_SPAWN) {
         lc_print_error(q, &r);

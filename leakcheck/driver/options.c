@@ -32,7 +32,8 @@ static void help_usage_and_configs(void)
         "                        [--import MOD]... [--code SRC] [--file F]\n"
         "                        [--cycles N] [--warmup W] [--no-baseline] [--python X.Y]\n"
         "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--junit FILE]\n"
-        "                        [--where] [--timeout S] [--no-allocator-wrapper] [--scan] [--demo]\n"
+        "                        [--where] [--timeout S] [--no-allocator-wrapper] [--quiet]\n"
+        "                        [--scan] [--demo]\n"
         "       pyfini-leakcheck --version [--python X.Y] | --help\n"
         "\n"
         "Creates and ends CPython interpreters over and over, runs the subject in each,\n"
@@ -103,6 +104,9 @@ static void help_output(void)
         "                    (--scan: per module and config; --demo: per line).  LEAK is a\n"
         "                    failure; a crash, hang or failed subject an error; not judged\n"
         "                    is skipped, never passed; the report is the test case's text\n"
+        "  --quiet           no progress line.  Without it, on a terminal only, one line on\n"
+        "                    stderr is redrawn in place: cycle i/N, cycles/s, ETA, the readings\n"
+        "                    of the bytes meters\n"
         "  --where           who allocated what is still held after the judged cycles:\n"
         "                    call stacks (libunwind, symbolised with elfutils libdw) of the\n"
         "                    blocks allocated through Python's allocators, grouped by site,\n"
@@ -137,7 +141,6 @@ static void help_output(void)
         "  4  not judged: the run finished but no bytes meter could judge\n"
         "  5  interrupted (SIGINT, SIGTERM): the report of the finished cycles, marked\n"
         "     INTERRUPTED, not a verdict; the worker is killed\n"
-        "A progress line is shown on a terminal only.\n"
         "\n"
         "  --version         the version, then the CPython a run would use (the build's,\n"
         "                    or that of --python X.Y) and its worker\n"
@@ -174,7 +177,8 @@ static long parse_int(const char *name, const char *s, long min)
 }
 
 enum { O_CONFIG = 1000, O_IMPORT, O_CODE, O_FILE, O_CYCLES, O_WARMUP, O_PYTHON, O_MAXB, O_JSON, O_CSV,
-       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_JUNIT, O_LAST = O_JUNIT };
+       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_JUNIT, O_QUIET,
+       O_LAST = O_QUIET };
 
 static void set_config(lc_request *q, const char *name)
 {
@@ -224,6 +228,7 @@ static void apply_option(lc_request *q, int c, char **argv)
     case O_NOBASE: q->baseline = 0; break;
     case O_DEMO: q->demo = 1; break;
     case O_NOWRAP: q->no_wrapper = 1; break;
+    case O_QUIET: q->quiet = 1; break;
     case 'h':
     case O_HELP: help(); exit(0);
     case O_VERSION: q->version = 1; break;
@@ -264,7 +269,7 @@ void lc_parse_args(lc_request *q, int argc, char **argv)
         {"no-baseline", no_argument, 0, O_NOBASE},    {"timeout", required_argument, 0, O_TIMEOUT},
         {"demo", no_argument, 0, O_DEMO},             {"help", no_argument, 0, O_HELP},
         {"version", no_argument, 0, O_VERSION},       {"no-allocator-wrapper", no_argument, 0, O_NOWRAP},
-        {"junit", required_argument, 0, O_JUNIT},
+        {"junit", required_argument, 0, O_JUNIT},      {"quiet", no_argument, 0, O_QUIET},
         {0, 0, 0, 0}};
     memset(q, 0, sizeof *q);
     q->config = &interp_configs[INTERP_LEGACY];

@@ -190,7 +190,7 @@ static void junit_cell(const scan_row *row, int k, double seconds)
 static void scan_all(scan_row *rows, size_t n, const lc_request *q, const lc_run *lr, double timeout)
 {
     int isolated_ok = strstr(lr->configs, interp_configs[INTERP_ISOLATED].name) != NULL;
-    int tty = isatty(2);
+    int tty = lc_show_progress(q);
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < LC_SCAN_CONFIGS; k++) {
             scan_cell *c = &rows[i].cell[k];
