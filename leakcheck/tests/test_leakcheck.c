@@ -1006,8 +1006,10 @@ START_TEST(test_junit)
                             {"string(//testcase/@name)", "--import _pyfini_leak64"}, {0, 0}},
                (const xp[]){{"string(//testcase/failure/@type)", "LEAK"},
                             {"string(/testsuites/@failures)", "1"},
-                            {"contains(//testcase/failure, 'verdict: LEAK: py +64 B/cycle')", "true"},
-                            {"starts-with(//testcase/failure/@message, 'LEAK: py +64 B/cycle')", "true"}, {0, 0}});
+                            /* the module's 64 bytes: py.raw, and py when the obj domain is quiet */
+                            {"contains(//testcase/failure, 'verdict: LEAK: ')", "true"},
+                            {"starts-with(//testcase/failure/@message, 'LEAK: ')", "true"},
+                            {"contains(//testcase/failure/@message, 'py.raw +64 B/cycle')", "true"}, {0, 0}});
     /* a clean one: passed, the report kept as its output */
     junit_case(dir, "noleak", (const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1",
                                                "--json", NULL}, 0, (const xp[]){{0, 0}},
