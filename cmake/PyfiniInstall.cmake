@@ -5,6 +5,13 @@
 #                        pyfiniTargets.cmake       find_package(pyfini) -> pyfini::pyfini
 #   P/share/pkgconfig/pyfini.pc                    pkg-config / Meson dependency('pyfini')
 #   P/share/doc/pyfini/LICENSE, CHANGELOG.md
+#   P/bin/pyfini-leakcheck                         the leak checker (leakcheck/CMakeLists.txt)
+#   P/libexec/pyfini/pyfini-leakcheck-worker       its worker for the build's CPython
+#   P/share/pyfini/leakcheck/{worker,shared}/, P/share/pyfini/common/
+#                                                  the worker's sources: --python X.Y compiles a
+#                                                  worker for another CPython from them into the
+#                                                  user's cache (never into P)
+#   P/share/man/man1/pyfini-leakcheck.1            its man page
 #
 # pyfini is one header, the same on every architecture, so its CMake package
 # and .pc file go under share/ (found there by find_package and pkg-config)
@@ -15,6 +22,12 @@ include(CMakePackageConfigHelpers)
 
 set(PYFINI_CMAKE_DIR "${CMAKE_INSTALL_DATADIR}/cmake/pyfini")
 set(PYFINI_PKGCONFIG_DIR "${CMAKE_INSTALL_DATADIR}/pkgconfig")
+# the leak checker's worker and the worker's sources; the tool finds them
+# relative to its own directory (PYFINI_LC_*_REL), so P can move
+set(PYFINI_LC_WORKER_DIR "${CMAKE_INSTALL_LIBEXECDIR}/pyfini")
+set(PYFINI_LC_DATA_DIR "${CMAKE_INSTALL_DATADIR}/pyfini")
+file(RELATIVE_PATH PYFINI_LC_WORKER_REL "/_/${CMAKE_INSTALL_BINDIR}" "/_/${PYFINI_LC_WORKER_DIR}/pyfini-leakcheck-worker")
+file(RELATIVE_PATH PYFINI_LC_SOURCE_REL "/_/${CMAKE_INSTALL_BINDIR}" "/_/${PYFINI_LC_DATA_DIR}/leakcheck")
 
 install(FILES "${PROJECT_SOURCE_DIR}/include/pyfini.h" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" "${PROJECT_SOURCE_DIR}/CHANGELOG.md"
@@ -32,9 +45,11 @@ install(FILES "${PROJECT_BINARY_DIR}/pyfiniConfig.cmake" "${PROJECT_BINARY_DIR}/
         DESTINATION "${PYFINI_CMAKE_DIR}")
 
 # pyfini.pc: the prefix is found from the .pc file's own place (${pcfiledir}).
-if(IS_ABSOLUTE "${PYFINI_PKGCONFIG_DIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
-  message(FATAL_ERROR "pyfini: CMAKE_INSTALL_DATADIR and CMAKE_INSTALL_INCLUDEDIR must be relative "
-                      "to the prefix (pyfini.pc is relocatable)")
+if(IS_ABSOLUTE "${PYFINI_PKGCONFIG_DIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}"
+   OR IS_ABSOLUTE "${CMAKE_INSTALL_BINDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_LIBEXECDIR}")
+  message(FATAL_ERROR "pyfini: CMAKE_INSTALL_DATADIR, CMAKE_INSTALL_INCLUDEDIR, CMAKE_INSTALL_BINDIR and "
+                      "CMAKE_INSTALL_LIBEXECDIR must be relative to the prefix (pyfini.pc and "
+                      "pyfini-leakcheck are relocatable)")
 endif()
 file(RELATIVE_PATH PYFINI_PC_TO_PREFIX "/_/${PYFINI_PKGCONFIG_DIR}" "/_")
 string(REGEX REPLACE "/$" "" PYFINI_PC_TO_PREFIX "${PYFINI_PC_TO_PREFIX}")

@@ -1,6 +1,7 @@
 /* demo.c - --demo: bare legacy vs bare isolated interpreters, then the same
  * with --import json; one table line each. */
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -44,6 +45,23 @@ static int rank(int status)
     return status == LC_EXIT_CRASH ? 3 : status == LC_EXIT_LEAK ? 2 : status == LC_EXIT_NOT_JUDGED ? 1 : 0;
 }
 
+/* --junit: a line of the table as a check; a config this CPython does not
+ * have is skipped (the table says "not run"). */
+static void junit_line(const lc_request *d, const lc_run *r, double seconds)
+{
+    if (r->outcome == LC_OUT_ERROR && r->error_refused) {
+        char classname[128];
+        snprintf(classname, sizeof classname, "pyfini-leakcheck.%s", d->config->name);
+        lc_junit_add(classname, d->nimports ? "--import json" : "(none: the bare cycle itself is judged)", seconds,
+                     LC_CASE_SKIPPED, "not run", r->error, r->error);
+        return;
+    }
+    analysis a;
+    memset(&a, 0, sizeof a);
+    if (r->outcome != LC_OUT_ERROR && r->outcome != LC_OUT_SPAWN) lc_analyse(r, &a, 0);
+    lc_junit_check(d, r, &a, r->outcome == LC_OUT_ERROR ? LC_EXIT_USAGE : lc_exit_status(r, &a), seconds);
+}
+
 int lc_demo(const lc_request *q)
 {
     static const struct { int config; const char *import; } runs[] = {
@@ -62,7 +80,9 @@ int lc_demo(const lc_request *q)
         d.nimports = runs[i].import != NULL;
         d.imports[0] = runs[i].import;
         lc_run r;
-        lc_run_request(&r, &d, q->timeout, isatty(2));
+        double t0 = lc_now();
+        lc_run_request(&r, &d, q->timeout, lc_show_progress(q));
+        if (q->junit) junit_line(&d, &r, lc_now() - t0);
         char label[64];
         snprintf(label, sizeof label, "%s %s", d.config->name, runs[i].import ? "--import json" : "bare");
         if (!header && r.version[0]) print_header(&r), header = 1;

@@ -8,6 +8,7 @@
  *   report_text.c  the report on a terminal
  *   report_json.c  --json
  *   report_csv.c   --csv
+ *   report_junit.c --junit (libxml2's xmlwriter)
  *   demo.c         --demo
  *   scan.c         --scan
  *   python.c       --python X.Y: find that CPython, build its worker once
@@ -36,12 +37,15 @@ typedef struct lc_request {
     const char *imports[LC_MAX_IMPORTS];
     int nimports;
     const char *code, *file, *python, *csv;
+    const char *junit;          /* --junit FILE, or NULL */
     long cycles, warmup;
     int cycles_set, warmup_set, config_set;
     double max_bytes, timeout;
     int timeout_set;
     int json, where, scan, baseline, demo, no_wrapper;
+    int quiet;                  /* --quiet: no progress line */
     int list_extensions;        /* the worker lists extension modules instead of running cycles */
+    int version;                /* --version: print the version and the CPython, run nothing */
     char worker[LC_PATH_MAX];   /* the worker that runs it */
 } lc_request;
 
@@ -144,6 +148,7 @@ typedef struct lc_run {
     long expected_cycles;   /* cycle records before 'D' counts as done (0: --list-extensions) */
     double timeout_s;
     int progress;       /* print a progress line on stderr */
+    double started, drawn;   /* lc_now() at the start, at the last progress line */
     /* what the worker said */
     char version[64], abiflags[16], executable[1024], compiler[256], configs[256];
     int debug;
@@ -178,6 +183,8 @@ typedef struct lc_run {
 void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress);
 void lc_run_free(lc_run *r);
 int lc_interrupted(void);   /* SIGINT or SIGTERM received (its number), 0 none */
+/* Show a progress line: stderr is a terminal and no --quiet. */
+int lc_show_progress(const lc_request *q);
 
 /* --- meters and judgement (analyse.c) ------------------------------------ */
 typedef struct lc_meter_def {
@@ -244,6 +251,23 @@ struct json_t *lc_python_json(const lc_request *q, const lc_run *r);
 struct json_t *lc_json_str(const char *s);
 void lc_json_print(struct json_t *o, size_t flags);   /* to stdout, a newline, then json_decref */
 
+/* --junit (report_junit.c): the test cases are gathered while the modes run
+ * and written once at the end. */
+enum lc_case_result { LC_CASE_PASS, LC_CASE_FAILURE, LC_CASE_ERROR, LC_CASE_SKIPPED };
+/* One test case; type and message say why it did not pass (NULL when it
+ * did), text is the report (NULL: none).  The strings are copied. */
+void lc_junit_add(const char *classname, const char *name, double seconds, enum lc_case_result result,
+                  const char *type, const char *message, const char *text);
+/* One check's test case (classname pyfini-leakcheck.CONFIG, named after
+ * the subject), its result from the exit status, the text report as text. */
+void lc_junit_check(const lc_request *q, const lc_run *r, const analysis *a, int exit_status, double seconds);
+void lc_junit_python(const lc_run *r);   /* the CPython, for the suite's properties (first one told) */
+/* Write the gathered cases to path (a temporary file renamed into place:
+ * a failed write leaves no half file); 0, or -1 with err set. */
+int lc_junit_write(const char *path, const char *mode, char *err, size_t errn);
+double lc_now(void);   /* CLOCK_MONOTONIC, in seconds */
+void lc_print_subject(FILE *f, const lc_request *q);   /* "--import X --code '...'" or "(none: ...)" */
+
 /* --- modes ---------------------------------------------------------------- */
 int lc_demo(const lc_request *q);
 int lc_scan(const lc_request *q);
@@ -252,5 +276,9 @@ int lc_scan(const lc_request *q);
 /* --python: path of a worker for that CPython (built into a cache once). */
 int lc_worker_for_python(const char *want, char *out, size_t n, char *err, size_t errn);
 int lc_default_worker(char *out, size_t n, char *err, size_t errn);
+/* --version: the tool's version, then the CPython a run would use (the
+ * build's, or --python's) and its worker, without building it; 0, or -1
+ * with err set when --python names no usable CPython. */
+int lc_print_version(FILE *f, const char *python, char *err, size_t errn);
 
 #endif

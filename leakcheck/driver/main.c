@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -36,15 +37,19 @@ void lc_print_error(const lc_request *q, const lc_run *r)
 static int run_check(const lc_request *q)
 {
     lc_run r;
-    lc_run_request(&r, q, q->timeout, isatty(2));
+    double t0 = lc_now();
+    lc_run_request(&r, q, q->timeout, lc_show_progress(q));
+    double seconds = lc_now() - t0;
     if (r.outcome == LC_OUT_ERROR || r.outcome == LC_OUT_SPAWN) {
         lc_print_error(q, &r);
+        if (q->junit) lc_junit_check(q, &r, NULL, LC_EXIT_USAGE, seconds);
         lc_run_free(&r);
         return 2;
     }
     analysis a;
     lc_analyse(&r, &a, q->max_bytes);
     int status = lc_exit_status(&r, &a);
+    if (q->junit) lc_junit_check(q, &r, &a, status, seconds);
     if (q->csv && lc_write_csv(q->csv, &r) != 0)
         fprintf(stderr, "pyfini-leakcheck: --csv %s: %s\n", q->csv, strerror(errno));
     if (q->json) lc_print_json(q, &r, &a, status);
@@ -53,15 +58,49 @@ static int run_check(const lc_request *q)
     return status;
 }
 
+/* --junit FILE: refused up front when FILE cannot be written (it is
+ * written at the end, through a temporary file beside it). */
+static void check_junit_path(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) lc_usage_error("--junit %s: is a directory", path);
+    char dir[LC_PATH_MAX];
+    lc_scopy(dir, sizeof dir, path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) lc_scopy(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (access(dir, W_OK) != 0) lc_usage_error("--junit %s: cannot write in %s: %s", path, dir, strerror(errno));
+}
+
+/* The run's status, or 2 when the JUnit report it asked for was not written. */
+static int write_junit(const lc_request *q, int status)
+{
+    char err[LC_MESSAGE_MAX];
+    if (lc_junit_write(q->junit, q->demo ? "demo" : q->scan ? "scan" : "check", err, sizeof err) == 0) return status;
+    fprintf(stderr, "pyfini-leakcheck: %s\n", err);
+    return status ? status : LC_EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
     static lc_request q;   /* large (the worker's path): not on the stack */
     lc_parse_args(&q, argc, argv);
     char err[LC_MESSAGE_MAX];
+    if (q.version) {
+        if (lc_print_version(stdout, q.python, err, sizeof err) == 0) return 0;
+        fprintf(stderr, "pyfini-leakcheck: %s\n", err);
+        return 2;
+    }
     int rc = q.python ? lc_worker_for_python(q.python, q.worker, sizeof q.worker, err, sizeof err)
                       : lc_default_worker(q.worker, sizeof q.worker, err, sizeof err);
+    if (q.junit) check_junit_path(q.junit);
     if (rc < 0) {
         fprintf(stderr, "pyfini-leakcheck: %s\n", err);
+        if (q.junit) {
+            lc_junit_add("pyfini-leakcheck", "worker", 0, LC_CASE_ERROR, "error", err, err);
+            write_junit(&q, 2);
+        }
         return 2;
     }
     if (q.csv) {
@@ -69,7 +108,6 @@ int main(int argc, char **argv)
         if (!f) lc_usage_error("--csv %s: %s", q.csv, strerror(errno));
         fclose(f);
     }
-    if (q.demo) return lc_demo(&q);
-    if (q.scan) return lc_scan(&q);
-    return run_check(&q);
+    int status = q.demo ? lc_demo(&q) : q.scan ? lc_scan(&q) : run_check(&q);
+    return q.junit ? write_junit(&q, status) : status;
 }

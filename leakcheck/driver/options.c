@@ -31,8 +31,10 @@ static void help_usage_and_configs(void)
         "usage: pyfini-leakcheck [--config %s]\n"
         "                        [--import MOD]... [--code SRC] [--file F]\n"
         "                        [--cycles N] [--warmup W] [--no-baseline] [--python X.Y]\n"
-        "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--where]\n"
-        "                        [--timeout S] [--scan] [--demo]\n"
+        "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--junit FILE]\n"
+        "                        [--where] [--timeout S] [--no-allocator-wrapper] [--quiet]\n"
+        "                        [--scan] [--demo]\n"
+        "       pyfini-leakcheck --version [--python X.Y] | --help\n"
         "\n"
         "Creates and ends CPython interpreters over and over, runs the subject in each,\n"
         "reads the meters below after every cycle, and judges per meter whether a cycle\n"
@@ -67,6 +69,8 @@ static void help_subject_and_run(void)
         "                    build, or the path of its python3.X-config); its worker is\n"
         "                    compiled once into ~/.cache/pyfini-leakcheck\n"
         "  --timeout S       a cycle that takes longer than S seconds is a hang (default 120)\n"
+        "  --no-allocator-wrapper  do not wrap Python's allocators: undistorted rss and\n"
+        "                    malloc figures, but the py* and blocks meters are off\n"
         "\n");
 }
 
@@ -96,6 +100,13 @@ static void help_output(void)
         "Output:\n"
         "  --json            one JSON document on stdout instead of the report\n"
         "  --csv FILE        one row per cycle: readings and increases of every meter\n"
+        "  --junit FILE      a JUnit XML report for CI: one test case per config and subject\n"
+        "                    (--scan: per module and config; --demo: per line).  LEAK is a\n"
+        "                    failure; a crash, hang or failed subject an error; not judged\n"
+        "                    is skipped, never passed; the report is the test case's text\n"
+        "  --quiet           no progress line.  Without it, on a terminal only, one line on\n"
+        "                    stderr is redrawn in place: cycle i/N, cycles/s, ETA, the readings\n"
+        "                    of the bytes meters\n"
         "  --where           who allocated what is still held after the judged cycles:\n"
         "                    call stacks (libunwind, symbolised with elfutils libdw) of the\n"
         "                    blocks allocated through Python's allocators, grouped by site,\n"
@@ -134,7 +145,10 @@ static void help_output(void)
         "  4  not judged: the run finished but no bytes meter could judge\n"
         "  5  interrupted (SIGINT, SIGTERM): the report of the finished cycles, marked\n"
         "     INTERRUPTED, not a verdict; the worker is killed\n"
-        "A progress line is shown on a terminal only.\n", LC_SITES_PER_DOMAIN,
+        "\n"
+        "  --version         the version, then the CPython a run would use (the build's,\n"
+        "                    or that of --python X.Y) and its worker\n"
+        "  --help            this text\n", LC_SITES_PER_DOMAIN,
         lc_schedule_min_cycles(1, 1));
 }
 
@@ -167,7 +181,8 @@ static long parse_int(const char *name, const char *s, long min)
 }
 
 enum { O_CONFIG = 1000, O_IMPORT, O_CODE, O_FILE, O_CYCLES, O_WARMUP, O_PYTHON, O_MAXB, O_JSON, O_CSV,
-       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP };
+       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_JUNIT, O_QUIET,
+       O_LAST = O_QUIET };
 
 static void set_config(lc_request *q, const char *name)
 {
@@ -199,11 +214,15 @@ static void apply_value(lc_request *q, int c, const char *val)
     case O_PYTHON: q->python = val; break;
     case O_MAXB: q->max_bytes = parse_num("--max-bytes-per-cycle", val, 0); break;
     case O_CSV: q->csv = val; break;
+    case O_JUNIT:
+        set_once(&q->junit, "--junit", val);
+        if (!*val) lc_usage_error("--junit needs a file name");
+        break;
     case O_TIMEOUT: q->timeout = parse_num("--timeout", val, 0.1), q->timeout_set = 1; break;
     }
 }
 
-/* One option (getopt_long's return c); flags set fields, --help and --version exit. */
+/* One option (getopt_long's return c); flags set fields, --help exits. */
 static void apply_option(lc_request *q, int c, char **argv)
 {
     switch (c) {
@@ -213,12 +232,13 @@ static void apply_option(lc_request *q, int c, char **argv)
     case O_NOBASE: q->baseline = 0; break;
     case O_DEMO: q->demo = 1; break;
     case O_NOWRAP: q->no_wrapper = 1; break;
+    case O_QUIET: q->quiet = 1; break;
     case 'h':
     case O_HELP: help(); exit(0);
-    case O_VERSION: printf("pyfini-leakcheck %s\n", LC_VERSION); exit(0);
+    case O_VERSION: q->version = 1; break;
     case ':': lc_usage_error("option '%s' needs a value", argv[optind - 1]);
     default:
-        if (c >= O_CONFIG && c <= O_NOWRAP) {
+        if (c >= O_CONFIG && c <= O_LAST) {
             apply_value(q, c, optarg);
             break;
         }
@@ -256,6 +276,7 @@ void lc_parse_args(lc_request *q, int argc, char **argv)
         {"no-baseline", no_argument, 0, O_NOBASE},    {"timeout", required_argument, 0, O_TIMEOUT},
         {"demo", no_argument, 0, O_DEMO},             {"help", no_argument, 0, O_HELP},
         {"version", no_argument, 0, O_VERSION},       {"no-allocator-wrapper", no_argument, 0, O_NOWRAP},
+        {"junit", required_argument, 0, O_JUNIT},      {"quiet", no_argument, 0, O_QUIET},
         {0, 0, 0, 0}};
     memset(q, 0, sizeof *q);
     q->config = &interp_configs[INTERP_LEGACY];
@@ -266,5 +287,5 @@ void lc_parse_args(lc_request *q, int argc, char **argv)
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) apply_option(q, c, argv);
     if (optind < argc) lc_usage_error("unexpected argument '%s' (a module is given with --import)", argv[optind]);
-    check_request(q);
+    if (!q->version) check_request(q);   /* --version runs nothing: only --python matters */
 }

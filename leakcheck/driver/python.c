@@ -24,7 +24,53 @@ extern char **environ;
 #error LC_WORKER_PATH must name the built worker
 #endif
 
-/* The worker's files below LC_SOURCE_DIR (leakcheck/) and its headers: a
+/* Where the worker and its sources are: in the build tree (the paths named
+ * at build time) when this is the tool the build made (LC_BUILD_TOOL_PATH),
+ * else in an installed copy (cmake --install), at fixed places relative to
+ * the tool's own directory: LC_INSTALL_WORKER_REL, LC_INSTALL_SOURCE_REL
+ * (cmake/PyfiniInstall.cmake installs them there). */
+#define LC_SOURCE_DIR_MAX (PATH_MAX - 256)   /* room for a file name below it */
+typedef struct lc_layout {
+    char worker[PATH_MAX], source[LC_SOURCE_DIR_MAX];
+    int installed;
+} lc_layout;
+
+static void canonical(char *path, size_t n)
+{
+    char *c = realpath(path, NULL);
+    if (c && strlen(c) < n) strcpy(path, c);
+    free(c);
+}
+
+static const lc_layout *layout(void)
+{
+    static lc_layout L;
+    static int done;
+    if (done) return &L;
+    done = 1;
+    char *self = realpath("/proc/self/exe", NULL), *built = realpath(LC_BUILD_TOOL_PATH, NULL);
+    char *slash = self ? strrchr(self, '/') : NULL;
+    if (slash && (!built || strcmp(self, built) != 0) && strlen(self) < LC_SOURCE_DIR_MAX - 64) {
+        *slash = 0;
+        snprintf(L.worker, sizeof L.worker, "%s/%s", self, LC_INSTALL_WORKER_REL);
+        snprintf(L.source, sizeof L.source, "%.*s/%s", LC_SOURCE_DIR_MAX - 64, self, LC_INSTALL_SOURCE_REL);
+        canonical(L.worker, sizeof L.worker);   /* PREFIX/bin/../libexec -> PREFIX/libexec */
+        canonical(L.source, sizeof L.source);
+        L.installed = 1;
+    } else {
+        lc_scopy(L.worker, sizeof L.worker, LC_WORKER_PATH);
+        lc_scopy(L.source, sizeof L.source, LC_SOURCE_DIR);
+    }
+    free(self);
+    free(built);
+    return &L;
+}
+
+/* The C compiler of the build, or cc where it is gone (an installed copy
+ * on another machine). */
+static const char *c_compiler(void) { return access(LC_C_COMPILER, X_OK) == 0 ? LC_C_COMPILER : "cc"; }
+
+/* The worker's files below the source directory (leakcheck/) and its headers: a
  * change in any of them builds a new worker; the .c files are compiled. */
 static const char *const worker_files[] = {
     "worker/main.c", "worker/meters.c", "worker/subject.c", "worker/where.c", "worker/lc_alloc.c",
@@ -264,20 +310,20 @@ typedef struct compile_strings {
 static void compiler_argv(char **argv, compile_strings *cc, char *inc, char *ld)
 {
     int argc = 0;
-    argv[argc++] = (char *)LC_C_COMPILER;
+    argv[argc++] = (char *)c_compiler();
     argv[argc++] = "-std=c11";
     argv[argc++] = "-O2";
     argv[argc++] = "-g";
     argv[argc++] = cc->exe_def;
     for (int i = 0; i < 3; i++) {
-        snprintf(cc->incdirs[i], sizeof cc->incdirs[i], "-I%s/%s", LC_SOURCE_DIR, worker_include_dirs[i]);
+        snprintf(cc->incdirs[i], sizeof cc->incdirs[i], "-I%s/%s", layout()->source, worker_include_dirs[i]);
         argv[argc++] = cc->incdirs[i];
     }
     split_into(argv, &argc, LC_COMPILER_ARGS - 56, inc);
     for (size_t i = 0; i < LC_NWORKER_FILES; i++) {
         size_t l = strlen(worker_files[i]);
         if (l < 2 || strcmp(worker_files[i] + l - 2, ".c")) continue;
-        snprintf(cc->srcs[i], PATH_MAX, "%s/%s", LC_SOURCE_DIR, worker_files[i]);
+        snprintf(cc->srcs[i], PATH_MAX, "%s/%s", layout()->source, worker_files[i]);
         argv[argc++] = cc->srcs[i];
     }
     argv[argc++] = "-o";
@@ -361,11 +407,13 @@ static int build_worker(const char *config, const char *ver, const char *abi, co
 
 int lc_default_worker(char *out, size_t n, char *err, size_t errn)
 {
-    if (access(LC_WORKER_PATH, X_OK) == 0) {
-        snprintf(out, n, "%s", LC_WORKER_PATH);
+    const lc_layout *L = layout();
+    if (access(L->worker, X_OK) == 0) {
+        snprintf(out, n, "%s", L->worker);
         return 0;
     }
-    snprintf(err, errn, "the worker %s is missing: rebuild pyfini (cmake --build build)", LC_WORKER_PATH);
+    snprintf(err, errn, "the worker %s is missing: %s", L->worker,
+             L->installed ? "reinstall pyfini (cmake --install)" : "rebuild pyfini (cmake --build build)");
     return -1;
 }
 
@@ -378,7 +426,7 @@ static int worker_key(const char *want, const char *config, const char *ver, con
     for (size_t i = 0; i < LC_NWORKER_FILES; i++) {
         char p[PATH_MAX];
         struct stat st;
-        snprintf(p, sizeof p, "%s/%s", LC_SOURCE_DIR, worker_files[i]);
+        snprintf(p, sizeof p, "%s/%s", layout()->source, worker_files[i]);
         if (stat(p, &st) < 0) {
             snprintf(err, errn, "--python %s: the worker's source %s is gone, so no worker can be built for "
                      "CPython %s%s (build pyfini with -DPYFINI_PYTHON_CONFIG=%s instead)", want, p, ver, abi, config);
@@ -391,10 +439,13 @@ static int worker_key(const char *want, const char *config, const char *ver, con
     return 0;
 }
 
-int lc_worker_for_python(const char *want, char *out, size_t n, char *err, size_t errn)
+/* The worker for want (see lc_worker_for_python) and what it runs: the
+ * python3.X-config, version and ABI flags (config, ver, abi: PATH_MAX, 64,
+ * 16 bytes); built when missing only if build is set. */
+static int worker_for(const char *want, int build, char *out, size_t n, char *config, char *ver, char *abi,
+                      char *err, size_t errn)
 {
-    char config[PATH_MAX], ver[64] = "", abi[16] = "";
-    if (find_config(want, config, sizeof config, ver, abi, err, errn) < 0) return -1;
+    if (find_config(want, config, PATH_MAX, ver, abi, err, errn) < 0) return -1;
     char *a = realpath(config, NULL), *b = realpath(LC_BUILD_PYTHON_CONFIG, NULL);
     int same = a && b && strcmp(a, b) == 0;
     free(a);
@@ -411,6 +462,29 @@ int lc_worker_for_python(const char *want, char *out, size_t n, char *err, size_
         snprintf(err, errn, "cache path too long");
         return -1;
     }
-    if (access(out, X_OK) == 0) return 0;
+    if (!build || access(out, X_OK) == 0) return 0;
     return build_worker(config, ver, abi, out, err, errn);
+}
+
+int lc_worker_for_python(const char *want, char *out, size_t n, char *err, size_t errn)
+{
+    char config[PATH_MAX], ver[64] = "", abi[16] = "";
+    return worker_for(want, 1, out, n, config, ver, abi, err, errn);
+}
+
+int lc_print_version(FILE *f, const char *python, char *err, size_t errn)
+{
+    fprintf(f, "pyfini-leakcheck %s\n", LC_VERSION);
+    char worker[PATH_MAX], config[PATH_MAX], ver[64] = "", abi[16] = "";
+    if (!python) {
+        if (lc_default_worker(worker, sizeof worker, err, errn) < 0) return -1;
+        fprintf(f, "CPython %s (the build's: %s; --python X.Y picks another)\nworker %s\n", LC_BUILD_PY_TAG,
+                LC_BUILD_PYTHON_CONFIG, worker);
+    } else {
+        if (worker_for(python, 0, worker, sizeof worker, config, ver, abi, err, errn) < 0) return -1;
+        fprintf(f, "CPython %s%s (--python %s: %s)\nworker %s%s\n", ver, abi, python, config, worker,
+                access(worker, X_OK) == 0 ? "" : " (built on first use)");
+    }
+    fprintf(f, "sources %s (of workers for --python)\n", layout()->source);
+    return 0;
 }

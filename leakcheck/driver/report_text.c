@@ -47,7 +47,7 @@ void lc_config_description(char *out, size_t n, const interp_config *c)
     snprintf(out, n, "%s: %s", c->name, c->description);
 }
 
-static void print_subject(FILE *f, const lc_request *q)
+void lc_print_subject(FILE *f, const lc_request *q)
 {
     if (!lc_has_subject(q)) {
         fprintf(f, "(none: the bare cycle itself is judged)");
@@ -259,7 +259,7 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
             r->executable);
     fprintf(f, "config   %s\n", descr);
     fprintf(f, "subject  ");
-    print_subject(f, q);
+    lc_print_subject(f, q);
     fprintf(f, "\n");
     if (lc_paired(q))
         fprintf(f, "cycles   %ld warm-up + %ld judged rounds; a round = 1 subject + 1 bare cycle (judged: blocks of %ld\n"
@@ -333,7 +333,7 @@ void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analys
     if (r->outcome == LC_OUT_CRASH || r->outcome == LC_OUT_HANG) {
         print_crash(f, r);
         fprintf(f, "subject: ");
-        print_subject(f, q);
+        lc_print_subject(f, q);
         fprintf(f, ", config %s, CPython %s%s; figures above: %zu cycle%s finished\n", q->config->name, r->version,
                 r->abiflags, r->ncyc, lc_plural((long long)r->ncyc));
     } else if (r->outcome == LC_OUT_INTERRUPTED) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,7 +23,7 @@ extern char **environ;
 #define LC_POLL_MAX_S 60   /* longest single wait in the read loop, seconds */
 #define LC_READ_CHUNK 65536
 
-static double mono_s(void)
+double lc_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -61,14 +62,37 @@ static void catch_interrupts(void)
 }
 
 /* --- records -> lc_run ----------------------------------------------------- */
+int lc_show_progress(const lc_request *q) { return !q->quiet && isatty(2); }
+
+#define LC_PROGRESS_REDRAW_S 0.1   /* at most 10 redraws per second (and always the last cycle) */
+
+/* One line on stderr, redrawn in place: cycle i/N, cycles/s, ETA and the
+ * readings of the bytes meters that are not a part of another one (rss,
+ * malloc, py ...), cut to the terminal's width so that it never wraps. */
 static void progress(lc_run *r)
 {
     if (!r->progress || r->ncyc == 0) return;
+    long total = lc_schedule_length(&r->sched);
+    double now = lc_now(), elapsed = now - r->started;
+    if ((long)r->ncyc < total && now - r->drawn < LC_PROGRESS_REDRAW_S) return;
+    r->drawn = now;
     const lc_cycle *c = &r->cyc[r->ncyc - 1];
-    long total = r->sched.warmup + r->sched.cycles;
-    fprintf(stderr, "\r\033[K[pyfini-leakcheck] round %ld/%ld%s  %s cycle %.1f ms", c->id.round + 1, total,
-            c->id.judged ? "" : " (warm-up)", c->id.kind == 'S' ? "subject" : "bare",
-            (double)c->v[LC_V_TIME_NS] / 1e6);
+    double rate = elapsed > 0 ? (double)r->ncyc / elapsed : 0;
+    char line[512], eta[32] = "?";
+    if (rate > 0) snprintf(eta, sizeof eta, "%.0f s", (double)(total - (long)r->ncyc) / rate);
+    int k = snprintf(line, sizeof line, "[pyfini-leakcheck] cycle %zu/%ld%s  %.1f cycles/s  ETA %s", r->ncyc, total,
+                     c->id.judged ? "" : " (warm-up)", rate, eta);
+    for (size_t i = 0; i < LC_NMETERS && k > 0 && (size_t)k < sizeof line; i++) {
+        const lc_meter_def *m = &lc_meters[i];
+        if (!m->bytes || strchr(m->name, '.') || c->v[m->value] < 0) continue;
+        char b[32];
+        lc_fmt_bytes(b, sizeof b, (double)c->v[m->value], 0);
+        k += snprintf(line + k, sizeof line - (size_t)k, "  %s %s", m->name, b);
+    }
+    struct winsize ws;
+    size_t width = ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? ws.ws_col : 80;
+    if (strlen(line) >= width) line[width - 1] = 0;
+    fprintf(stderr, "\r\033[K%s", line);
     fflush(stderr);
 }
 
@@ -317,15 +341,15 @@ static int gather(lc_run *r, const int fds[3])
     static char buf[LC_READ_CHUNK];
     line_buf lb = {0};
     int open_[3] = {1, 1, 1}, hung = 0;
-    double last = mono_s(), rec_closed_at = 0;
+    double last = lc_now(), rec_closed_at = 0;
     while (open_[0] || open_[1] || open_[2]) {
         if (lc_interrupt_signal) break;
-        if (!open_[0] && mono_s() - rec_closed_at > LC_LATE_OUTPUT_S) break;
+        if (!open_[0] && lc_now() - rec_closed_at > LC_LATE_OUTPUT_S) break;
         struct pollfd p[3];
         for (int i = 0; i < 3; i++) p[i] = (struct pollfd){open_[i] ? fds[i] : -1, POLLIN, 0};
         /* poll at most LC_POLL_MAX_S at a time: a huge --timeout must not
            overflow the int of poll() (the loop re-checks the time left) */
-        double left_s = last + r->timeout_s - mono_s();
+        double left_s = last + r->timeout_s - lc_now();
         int left_ms = left_s > LC_POLL_MAX_S ? LC_POLL_MAX_S * 1000 : (int)(left_s * 1000);
         if (left_ms <= 0 && open_[0]) {
             hung = 1;
@@ -347,10 +371,10 @@ static int gather(lc_run *r, const int fds[3])
             ssize_t k = read(fds[0], buf, sizeof buf);
             if (k <= 0) {
                 open_[0] = 0;
-                rec_closed_at = mono_s();
+                rec_closed_at = lc_now();
                 continue;
             }
-            last = mono_s();
+            last = lc_now();
             feed(r, &lb, buf, (size_t)k);
         }
     }
@@ -383,6 +407,7 @@ void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress
     r->expected_cycles = q->list_extensions ? 0 : lc_schedule_length(&r->sched);
     r->timeout_s = timeout;
     r->progress = progress_line;
+    r->started = lc_now();
     r->outcome = LC_OUT_CRASH;
     r->exit_status = -1;
     for (int i = 0; i < LC_NVALUES; i++) r->initial[i] = -1;

@@ -20,6 +20,7 @@ enum scan_severity { SEV_OK, SEV_REFUSES, SEV_NOT_JUDGED, SEV_LEAK, SEV_ERROR, S
 
 typedef struct scan_cell {
     int ran;
+    int judged;          /* ok: a bytes meter judged "no leak" */
     enum scan_severity severity;
     char status[48];
     char message[600];
@@ -130,6 +131,7 @@ static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
         lc_scopy(c->status, sizeof c->status, "not judged");
         snprintf(c->message, sizeof c->message, "no bytes meter could judge in %ld cycles", q->cycles);
     } else {
+        c->judged = 1;
         c->severity = SEV_OK;
         lc_scopy(c->status, sizeof c->status, "ok");
     }
@@ -193,6 +195,37 @@ static scan_row *scan_rows(const lc_request *q, const lc_run *lr, size_t *n)
     return rows;
 }
 
+/* --junit: one test case per module and config (see report_junit.c). */
+static void junit_cell(const scan_row *row, const scan_cell *c, int cfg, double seconds)
+{
+    const char *config = interp_configs[cfg].name;
+    char classname[128], message[sizeof c->status + sizeof c->message + 4], *text = NULL;
+    snprintf(classname, sizeof classname, "pyfini-leakcheck.scan.%s", config);
+    snprintf(message, sizeof message, "%s%s%s", c->status, c->message[0] ? ": " : "", c->message);
+    enum lc_case_result res = LC_CASE_ERROR;   /* error, HANG, CRASH, child failed, interrupted */
+    const char *type = c->status;
+    if (!c->ran) {
+        res = LC_CASE_SKIPPED;   /* n/a, not run */
+    } else if (!strcmp(c->status, "interrupted")) {
+        res = LC_CASE_ERROR;
+    } else if (c->severity == SEV_OK && c->judged) {
+        res = LC_CASE_PASS;
+    } else if (c->severity == SEV_OK || c->severity == SEV_NOT_JUDGED) {
+        res = LC_CASE_SKIPPED;   /* no LEAK seen, but no bytes meter judged "no leak" */
+        type = "not judged";
+    } else if (c->severity == SEV_LEAK) {
+        res = LC_CASE_FAILURE;
+        type = "LEAK";
+    } else if (c->severity == SEV_REFUSES) {
+        res = LC_CASE_SKIPPED;   /* the config refused the module: a finding, not a failure */
+    }
+    if (asprintf(&text, "pyfini-leakcheck --scan: module %s%s%s%s, config %s: %s\n", row->name,
+                 row->path[0] ? " (" : "", row->path, row->path[0] ? ")" : "", config, message) < 0)
+        text = NULL;
+    lc_junit_add(classname, row->name, seconds, res, type, message, text);
+    free(text);
+}
+
 /* A config this Python has: the worker's 'configs' list names it. */
 static int has_config(const lc_run *lr, int cfg)
 {
@@ -208,7 +241,7 @@ static int has_config(const lc_run *lr, int cfg)
 static void scan_all(scan_row *rows, size_t n, const scan_cols *cols, const lc_request *q, const lc_run *lr,
                      double timeout)
 {
-    int tty = isatty(2);
+    int tty = lc_show_progress(q);
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < cols->n; k++) {
             scan_cell *c = &rows[i].cell[k];
@@ -217,6 +250,7 @@ static void scan_all(scan_row *rows, size_t n, const scan_cols *cols, const lc_r
                 snprintf(c->status, sizeof c->status, "n/a");
                 snprintf(c->message, sizeof c->message, "CPython %s has no %s interpreters (it has: %s)", lr->version,
                          cfg->name, lr->configs);
+                if (q->junit) junit_cell(&rows[i], c, cols->cfg[k], 0);
                 continue;
             }
             if (tty)
@@ -224,9 +258,12 @@ static void scan_all(scan_row *rows, size_t n, const scan_cols *cols, const lc_r
                     fflush(stderr);
             if (lc_interrupted()) {
                 snprintf(c->status, sizeof c->status, "not run");
+                if (q->junit) junit_cell(&rows[i], c, cols->cfg[k], 0);
                 continue;
             }
+            double t0 = lc_now();
             scan_one(&rows[i], cols->cfg[k], c, q, timeout);
+            if (q->junit) junit_cell(&rows[i], c, cols->cfg[k], lc_now() - t0);
             if (c->severity > rows[i].severity) rows[i].severity = c->severity;
             if (c->severity == SEV_LEAK && c->loss > rows[i].loss) rows[i].loss = c->loss;
         }

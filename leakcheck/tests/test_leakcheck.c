@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <jansson.h>
+#include <libxml/parser.h>
+#include <libxml/xpath.h>
 #include <limits.h>
 #include <math.h>
 #include <spawn.h>
@@ -50,6 +52,29 @@ static char *slurp(int fd)
     return b;
 }
 
+/* Every JSON document a test case gets is kept as LC_TEST_REPORTS/CASE-N.json
+ * (the directory is set by CMake): the schema test (leakcheck.json_schema)
+ * validates them all against docs/leakcheck.schema.json.  A case's files of
+ * an earlier run go first. */
+static void keep_document(const char *out)
+{
+    static int n;
+    const char *dir = getenv("LC_TEST_REPORTS"), *name = getenv("CK_RUN_CASE");
+    if (!dir || !*dir || !name || !*name) return;
+    char path[PATH_MAX];
+    if (n++ == 0) {
+        snprintf(path, sizeof path, "%s/%s-*.json", dir, name);
+        glob_t g;
+        if (glob(path, 0, NULL, &g) == 0) {
+            for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
+            globfree(&g);
+        }
+    }
+    snprintf(path, sizeof path, "%s/%s-%d.json", dir, name, n);
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f && fputs(out, f) >= 0 && fclose(f) == 0, "cannot keep %s", path);
+}
+
 /* run the tool with args (NULL-terminated, without argv[0]) */
 static result run_tool(const char *const *args)
 {
@@ -79,6 +104,7 @@ static result run_tool(const char *const *args)
     close(of);
     close(ef);
     r.json = json_loads(r.out, 0, NULL);
+    if (r.json) keep_document(r.out);
     return r;
 }
 
@@ -252,9 +278,44 @@ START_TEST(test_help)
     result r = run_tool((const char *[]){"--help", NULL});
     ck_assert_int_eq(r.status, 0);
     static const char *const words[] = {"rss", "malloc", "py.raw", "py.obj", "blocks", "refs", "fds", "time",
-                                        "--where", "--scan", "--no-baseline", "Exit status", "not judged", "  4  "};
+                                        "--where", "--scan", "--no-baseline", "--junit", "--version",
+                                        "--no-allocator-wrapper", "Exit status", "not judged", "  4  "};
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)
         ck_assert_msg(strstr(r.out, words[i]) != NULL, "--help does not explain %s", words[i]);
+    free_result(&r);
+}
+END_TEST
+
+/* --version: the project's version (CMake's project(VERSION), the one
+ * source), then the CPython a run would use and its worker; with --python,
+ * that CPython's, without building its worker. */
+START_TEST(test_version)
+{
+    char want[128];
+    snprintf(want, sizeof want, "pyfini-leakcheck %s\nCPython %s", LC_TEST_TOOL_VERSION, LC_TEST_PY_VERSION);
+    result r = run_tool((const char *[]){"--version", NULL});
+    ck_assert_msg(r.status == 0 && !strncmp(r.out, want, strlen(want)), "exit %d:\n%s%s", r.status, r.out, r.err);
+    ck_assert_msg(strstr(r.out, "\nworker /") && strstr(r.out, "the build's"), "%s", r.out);
+    free_result(&r);
+    /* --version runs nothing, so the options of a run are not judged */
+    r = run_tool((const char *[]){"--cycles", "1", "--version", NULL});
+    ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
+    free_result(&r);
+    expect_usage((const char *[]){"--version", "--python", "3.99", NULL}, "--python 3.99: no python3.99-config");
+    const char *other = getenv("LC_TEST_OTHER_PYTHON");
+    if (!other || !*other) {
+        printf("NOTE version: no other host CPython for --version --python\n");
+        return;
+    }
+    char cache[PATH_MAX];
+    snprintf(cache, sizeof cache, "/tmp/lc-test-version-XXXXXX");
+    ck_assert(mkdtemp(cache) != NULL);
+    setenv("XDG_CACHE_HOME", cache, 1);   /* an empty cache: the worker is not built */
+    r = run_tool((const char *[]){"--version", "--python", other, NULL});
+    snprintf(want, sizeof want, "\nCPython %s (--python %s: /", other, other);
+    ck_assert_msg(r.status == 0 && strstr(r.out, want) && strstr(r.out, "(built on first use)"), "exit %d:\n%s%s",
+                  r.status, r.out, r.err);
+    ck_assert_msg(rmdir(cache) == 0, "--version wrote into the cache %s", cache);
     free_result(&r);
 }
 END_TEST
@@ -861,6 +922,129 @@ START_TEST(test_json_and_csv)
 }
 END_TEST
 
+/* --- --junit: the JUnit XML report, parsed back with libxml2 --------------- */
+/* The value of an XPath expression (string(...), count(...)) in doc. */
+static char *xpath(xmlDocPtr doc, const char *expr)
+{
+    xmlXPathContextPtr c = xmlXPathNewContext(doc);
+    xmlXPathObjectPtr o = c ? xmlXPathEvalExpression(BAD_CAST expr, c) : NULL;
+    xmlChar *v = o ? xmlXPathCastToString(o) : NULL;
+    char *s = strdup(v ? (const char *)v : "");
+    xmlFree(v);
+    xmlXPathFreeObject(o);
+    xmlXPathFreeContext(c);
+    return s;
+}
+
+static void expect_xpath(xmlDocPtr doc, const char *expr, const char *want, const char *path)
+{
+    char *got = xpath(doc, expr);
+    ck_assert_msg(!strcmp(got, want), "%s: %s is '%s', expected '%s'", path, expr, got, want);
+    free(got);
+}
+
+typedef struct xp {
+    const char *expr, *want;
+} xp;
+
+static void expect_xpaths(xmlDocPtr doc, const xp *x, const char *path)
+{
+    for (; x->expr; x++) expect_xpath(doc, x->expr, x->want, path);
+}
+
+/* Run the tool with --junit DIR/name.xml (path: PATH_MAX bytes) and parse
+ * the report; with --json, its one test case must say what the document's
+ * verdict says. */
+static xmlDocPtr junit_run(const char *dir, const char *name, const char *const *args, result *r, char *path)
+{
+    snprintf(path, PATH_MAX, "%s/%s.xml", dir, name);
+    const char *argv[48];
+    int n = 0;
+    for (; args[n]; n++) argv[n] = args[n];
+    argv[n++] = "--junit", argv[n++] = path, argv[n] = NULL;
+    *r = run_tool(argv);
+    xmlDocPtr doc = xmlReadFile(path, NULL, XML_PARSE_NONET);
+    ck_assert_msg(doc != NULL, "%s: no JUnit report, or it does not parse (exit %d)\n%s", path, r->status, tail(r->err));
+    expect_xpath(doc, "name(/*)", "testsuites", path);
+    expect_xpath(doc, "string(/testsuites/testsuite/properties/property[@name='tool_version']/@value)",
+                 LC_TEST_TOOL_VERSION, path);
+    const char *v = json_string_value(json_object_get(r->json, "verdict"));
+    if (!v) return doc;   /* no document (--scan checks its own) */
+    const char *elem = !strcmp(v, "no leak") ? "" : !strcmp(v, "LEAK") ? "failure"
+                     : !strcmp(v, "not judged") ? "skipped" : "error";
+    expect_xpath(doc, "count(//testcase)", "1", path);
+    expect_xpath(doc, "name(//testcase/*[not(self::system-out)])", elem, path);
+    return doc;
+}
+
+/* One run with --junit: its exit status and what its report holds (exact:
+ * also the expectations that need undistorted memory meters, not under ASan). */
+static void junit_case(const char *dir, const char *name, const char *const *args, int status, const xp *always,
+                       const xp *exact)
+{
+    const char *sanitized = getenv("LC_TEST_SANITIZED");
+    char path[PATH_MAX];
+    result r;
+    xmlDocPtr d = junit_run(dir, name, args, &r, path);
+    expect_xpaths(d, always, path);
+    if (!sanitized || !*sanitized) {
+        ck_assert_msg(r.status == status, "%s: exit %d, expected %d\n%s", name, r.status, status, tail(r.out));
+        expect_xpaths(d, exact, path);
+    }
+    xmlFreeDoc(d);
+    free_result(&r);
+}
+
+START_TEST(test_junit)
+{
+    char dir[] = "/tmp/lc-test-junit-XXXXXX", path[PATH_MAX];
+    ck_assert(mkdtemp(dir) != NULL);
+    /* a leaking subject: a failure of type LEAK, the report its text */
+    junit_case(dir, "leak", (const char *[]){"--import", "_pyfini_leak64", "--cycles", "4", "--warmup", "1", "--json",
+                                             NULL}, 1,
+               (const xp[]){{"string(//testcase/@classname)", "pyfini-leakcheck.legacy"},
+                            {"string(//testcase/@name)", "--import _pyfini_leak64"}, {0, 0}},
+               (const xp[]){{"string(//testcase/failure/@type)", "LEAK"},
+                            {"string(/testsuites/@failures)", "1"},
+                            /* the module's 64 bytes: py.raw, and py when the obj domain is quiet */
+                            {"contains(//testcase/failure, 'verdict: LEAK: ')", "true"},
+                            {"starts-with(//testcase/failure/@message, 'LEAK: ')", "true"},
+                            {"contains(//testcase/failure/@message, 'py.raw +64 B/cycle')", "true"}, {0, 0}});
+    /* a clean one: passed, the report kept as its output */
+    junit_case(dir, "noleak", (const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1",
+                                               "--json", NULL}, 0, (const xp[]){{0, 0}},
+               (const xp[]){{"count(//testcase/*)", "1"},
+                            {"contains(//testcase/system-out, 'verdict: no leak')", "true"},
+                            {"string(/testsuites/@tests)", "1"}, {"string(/testsuites/@failures)", "0"}, {0, 0}});
+    /* a subject that fails, with bytes XML forbids: an error, still valid XML */
+    junit_case(dir, "error", (const char *[]){"--code", "raise ValueError('boom\\x01\\x1b')", "--cycles", "4", "--json",
+                                              NULL}, 2,
+               (const xp[]){{"string(//testcase/error/@type)", "error"},
+                            {"contains(//testcase/error/@message, 'ValueError: boom?" "?')", "true"}, {0, 0}},
+               (const xp[]){{0, 0}});
+    /* --scan: one test case per module and config; 3.11 has no isolated
+       interpreter: skipped there, never passed */
+    junit_case(dir, "scan", (const char *[]){"--scan", "--import", "_pyfini_leak64", "--cycles", "4", "--warmup", "1",
+                                             "--json", NULL}, 1,
+               (const xp[]){{"count(//testcase)", "2"},
+                            {"string(//testcase[1]/@classname)", "pyfini-leakcheck.scan.legacy"},
+                            {"string(//testcase[1]/@name)", "_pyfini_leak64"},
+                            {"count(//testcase[2]/skipped)", at_least(3, 12) ? "0" : "1"}, {0, 0}},
+               (const xp[]){{"string(//testcase[1]/failure/@type)", "LEAK"}, {0, 0}});
+    /* a place that cannot be written: refused before any cycle, nothing lost */
+    expect_usage((const char *[]){"--junit", "/nonexistent-pyfini/r.xml", NULL},
+                 "--junit /nonexistent-pyfini/r.xml: cannot write");
+    expect_usage((const char *[]){"--junit", dir, NULL}, "is a directory");
+    glob_t g;
+    snprintf(path, sizeof path, "%s/*", dir);
+    ck_assert_int_eq(glob(path, 0, NULL, &g), 0);
+    ck_assert_int_eq(g.gl_pathc, 4);   /* the four reports, no temporary file left */
+    for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
+    globfree(&g);
+    rmdir(dir);
+}
+END_TEST
+
 /* --- scan ----------------------------------------------------------------- */
 /* one module: "1 extension module", not "1 extension modules" (issue 10) */
 START_TEST(test_scan_one_module)
@@ -1027,6 +1211,7 @@ int main(void)
     struct { const char *name; const TTest *fn; int timeout; } cases[] = {
         {"bad_input", test_bad_input, 60},
         {"help", test_help, 10},
+        {"version", test_version, 30},
         {"too_few_cycles", test_too_few_cycles, 60},
         {"python_too_old", test_python_too_old, 60},
         {"subject_closes_fds", test_subject_closes_fds, 120},
@@ -1048,6 +1233,7 @@ int main(void)
         {"where_python_lines", test_where_python_lines, 180},
         {"where_subject_creates_interpreter", test_where_subject_creates_interpreter, 120},
         {"json_and_csv", test_json_and_csv, 60},
+        {"junit", test_junit, 120},
         {"scan_modules", test_scan_modules, 120},
         {"scan_one_module", test_scan_one_module, 60},
         {"scan_missing_module", test_scan_missing_module, 60},
