@@ -25,6 +25,13 @@
  *  no leak       slope + bound <= thr + floor, or the second half of the run
  *                alone gives slope + bound <= thr + floor (growth stopped);
  *  inconclusive  otherwise, e.g. a noisy meter with a wide bound.
+ *
+ * Exact meters (exact != 0: heap*, py*, blocks, refs, fds - they count every
+ * byte or unit, no sampling, no free lists) are judged by the exact rule
+ * instead: LEAK when the growth per cycle of EVERY chunk is above thr (with
+ * a baseline: the excess per cycle over the bare cycles), else no leak.
+ * Never inconclusive: the figures are not estimates.  The slope and bound
+ * are computed and shown as for the other meters.
  */
 #ifndef LC_STATS_H
 #define LC_STATS_H
@@ -42,12 +49,13 @@ typedef struct lc_judgement {
     double floor;             /* resolution / chunk length */
     int nchunks;
     double chunk_growth[LC_CHUNKS_MAX];
+    double chunk_rate_min;    /* smallest growth per cycle of a chunk */
     double late_slope, late_bound;   /* second half of the judged cycles */
     enum lc_verdict verdict;
 } lc_judgement;
 
 void lc_judge(const double *x, size_t n, double cycles_per_sample, double resolution, double threshold,
-              int independent, lc_judgement *out);
+              int independent, int exact, lc_judgement *out);
 const char *lc_verdict_name(enum lc_verdict v);
 double lc_t995(int df);   /* Student's t, 99.5% quantile */
 

@@ -32,12 +32,26 @@ _Static_assert(sizeof(lc_hdr) == 16, "lc_hdr must keep 16-byte alignment");
 #define LC_F_COUNTED 0x4u   /* counted in the totals */
 #define LC_F_BARE    0x8u   /* site counters: recorded during a bare cycle */
 #define LC_F_OBM     0x10u  /* a pymalloc block of the cycle's interpreter */
+#define LC_F_OWN     0x20u  /* tracemalloc's tables: not counted, here nor in the C-heap meter */
 #define LC_TAG(f)    ((f) >> 8)
 
 static const PyMemAllocatorDomain lc_doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
 static PyMemAllocatorEx lc_orig[3];
 static int lc_domain_ids[3] = {LC_DOMAIN_RAW, LC_DOMAIN_MEM, LC_DOMAIN_OBJ};
 static int lc_where;
+
+/* The C-heap meter of the worker (lc_heap.c), when linked: the tool's own
+ * allocations (site tables, tracemalloc's tables) are not counted there. */
+void lc_heap_own_enter(void) __attribute__((weak));
+void lc_heap_own_leave(void) __attribute__((weak));
+static inline void heap_own_enter(void)
+{
+    if (lc_heap_own_enter) lc_heap_own_enter();
+}
+static inline void heap_own_leave(void)
+{
+    if (lc_heap_own_leave) lc_heap_own_leave();
+}
 
 /* Counters, one set per thread that ever allocated: only the owning thread
  * writes its set (no atomic read-modify-write on the hot path, which costs
@@ -53,7 +67,9 @@ static _Thread_local lc_counts *lc_my_counts;
 
 static lc_counts *register_counts(void)
 {
+    heap_own_enter();
     lc_counts *c = calloc(1, sizeof *c);
+    heap_own_leave();
     if (!c) abort();   /* cannot count: better a clear crash than wrong figures */
     c->next = __atomic_load_n(&lc_all_counts, __ATOMIC_ACQUIRE);
     while (!__atomic_compare_exchange_n(&lc_all_counts, &c->next, c, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {}
@@ -151,7 +167,10 @@ static uint32_t site_lookup(int domain, void **ip, int n)
                 return lc_index[i];
         }
     }
-    if (grow_tables() < 0) return 0;
+    heap_own_enter();
+    int grown = grow_tables();
+    heap_own_leave();
+    if (grown < 0) return 0;
     lc_site *s = &lc_sites[lc_nsites++];
     memset(s, 0, sizeof *s);
     s->hash = h;
@@ -162,6 +181,41 @@ static uint32_t site_lookup(int domain, void **ip, int n)
     return lc_nsites;
 }
 
+uint32_t lc_alloc_site_add(int domain, void **ip, int n, int64_t bytes, int bare, void *sample)
+{
+    pthread_mutex_lock(&lc_site_lock);
+    uint32_t id = site_lookup(domain, ip, n);
+    if (id) {
+        lc_site *s = &lc_sites[id - 1];
+        s->info.bytes[bare] += bytes;
+        s->info.blocks[bare] += 1;
+        /* samples (subject cycles' blocks only, the excess is theirs): a
+           free slot first, else round robin; a freed sample frees its slot,
+           so blocks that stay (a leak's) accumulate in the slots */
+        if (!bare && sample) {
+            int slot = -1;
+            for (int i = 0; i < LC_SAMPLES && slot < 0; i++)
+                if (!s->info.samples[i]) slot = i;
+            if (slot < 0) slot = (int)(s->next_sample++ % LC_SAMPLES);
+            s->info.samples[slot] = sample;
+        }
+    }
+    pthread_mutex_unlock(&lc_site_lock);
+    return id;
+}
+
+void lc_alloc_site_change(uint32_t id, int bare, int64_t dbytes, int64_t dblocks, void *old_ptr, void *now_ptr)
+{
+    pthread_mutex_lock(&lc_site_lock);
+    lc_site *s = &lc_sites[id - 1];
+    s->info.bytes[bare] += dbytes;
+    s->info.blocks[bare] += dblocks;
+    if (old_ptr)
+        for (int i = 0; i < LC_SAMPLES; i++)
+            if (s->info.samples[i] == old_ptr) s->info.samples[i] = now_ptr;
+    pthread_mutex_unlock(&lc_site_lock);
+}
+
 static void site_attach(lc_hdr *h, int domain)
 {
     int kind = __atomic_load_n(&lc_recording, __ATOMIC_RELAXED);
@@ -169,41 +223,17 @@ static void site_attach(lc_hdr *h, int domain)
     void *ip[LC_MAX_FRAMES + 1];
     int n = unw_backtrace(ip, LC_MAX_FRAMES + 1);
     if (n <= 1) return;
-    pthread_mutex_lock(&lc_site_lock);
     /* frame 0 is this function's caller inside this file: drop it */
-    uint32_t id = site_lookup(domain, ip + 1, n - 1);
-    if (id) {
-        lc_site *s = &lc_sites[id - 1];
-        int k = kind == 2;
-        s->info.bytes[k] += (int64_t)h->size;
-        s->info.blocks[k] += 1;
-        h->site = id;
-        if (k) h->flags |= LC_F_BARE;
-        /* samples (subject cycles' blocks only, the excess is theirs): a
-           free slot first, else round robin; a freed sample frees its slot,
-           so blocks that stay (a leak's) accumulate in the slots */
-        if (!k) {
-            int slot = -1;
-            for (int i = 0; i < LC_SAMPLES && slot < 0; i++)
-                if (!s->info.samples[i]) slot = i;
-            if (slot < 0) slot = (int)(s->next_sample++ % LC_SAMPLES);
-            s->info.samples[slot] = (void *)(h + 1);
-        }
-    }
-    pthread_mutex_unlock(&lc_site_lock);
+    uint32_t id = lc_alloc_site_add(domain, ip + 1, n - 1, (int64_t)h->size, kind == 2, h + 1);
+    if (!id) return;
+    h->site = id;
+    if (kind == 2) h->flags |= LC_F_BARE;
 }
 
 /* A block of the site was freed (now_ptr NULL) or moved by realloc. */
 static void site_adjust(const lc_hdr *h, int64_t dbytes, int64_t dblocks, void *old_ptr, void *now_ptr)
 {
-    pthread_mutex_lock(&lc_site_lock);
-    lc_site *s = &lc_sites[h->site - 1];
-    int k = (h->flags & LC_F_BARE) != 0;
-    s->info.bytes[k] += dbytes;
-    s->info.blocks[k] += dblocks;
-    for (int i = 0; i < LC_SAMPLES; i++)
-        if (s->info.samples[i] == old_ptr) s->info.samples[i] = now_ptr;
-    pthread_mutex_unlock(&lc_site_lock);
+    lc_alloc_site_change(h->site, (h->flags & LC_F_BARE) != 0, dbytes, dblocks, old_ptr, now_ptr);
 }
 
 /* --- obmalloc blocks of one interpreter ---------------------------------- */
@@ -263,7 +293,10 @@ static void *account_new(void *raw, size_t n, int domain, int large, int own)
     h->size = n;
     h->site = 0;
     h->flags = (uint32_t)domain;
-    if (own) return h + 1;   /* tracemalloc's tables: never counted */
+    if (own) {   /* tracemalloc's tables: never counted */
+        h->flags |= LC_F_OWN;
+        return h + 1;
+    }
     if (domain == LC_DOMAIN_RAW && lc_in_pymalloc && !lc_forwarded && n >= lc_outer_size
         && n <= lc_outer_size + LC_FORWARD_SLACK) {
         lc_forwarded = 1;
@@ -311,7 +344,9 @@ static void *alloc_new(void *ctx, size_t n, int zero)
     unsigned hits = lc_raw_hits;
     int own = tm_own_request();
     orig_enter(d, n + sizeof(lc_hdr));
+    if (own) heap_own_enter();
     void *p = zero ? o->calloc(o->ctx, 1, n + sizeof(lc_hdr)) : o->malloc(o->ctx, n + sizeof(lc_hdr));
+    if (own) heap_own_leave();
     orig_leave(d);
     if (!p) return NULL;
     return account_new(p, n, d, lc_raw_hits != hits, own);
@@ -341,9 +376,12 @@ static void lc_free(void *ctx, void *ptr)
         if (h->flags & LC_F_OBM) obm_untag(h);
     }
     PyMemAllocatorEx *o = &lc_orig[d];
+    int own = (h->flags & LC_F_OWN) != 0;
     lc_inner_depth++;
     if (d != LC_DOMAIN_RAW) lc_in_pymalloc++;
+    if (own) heap_own_enter();
     o->free(o->ctx, h);
+    if (own) heap_own_leave();
     if (d != LC_DOMAIN_RAW) lc_in_pymalloc--;
     lc_inner_depth--;
 }
@@ -358,8 +396,11 @@ static void *lc_realloc(void *ctx, void *ptr, size_t n)
     PyMemAllocatorEx *o = &lc_orig[d];
     unsigned hits = lc_raw_hits;
     (void)tm_own_request();   /* the block keeps its kind: counted or tracemalloc's */
+    int own = (h->flags & LC_F_OWN) != 0;
     orig_enter(d, n + sizeof(lc_hdr));
+    if (own) heap_own_enter();
     lc_hdr *nh = o->realloc(o->ctx, h, n + sizeof(lc_hdr));
+    if (own) heap_own_leave();
     orig_leave(d);
     if (!nh) return NULL;   /* the old block is untouched */
     nh->size = n;
@@ -481,6 +522,8 @@ int64_t lc_alloc_bytes(void)
     for (int d = 0; d < LC_NDOMAINS; d++) sum += bytes[d];
     return sum;
 }
+
+int lc_alloc_inside(void) { return lc_inner_depth; }
 
 void lc_alloc_set_recording(int kind)
 {

@@ -21,6 +21,11 @@
  * serving a MEM/OBJ request (arena table, radix-tree arena map nodes). */
 enum { LC_DOMAIN_RAW, LC_DOMAIN_MEM, LC_DOMAIN_OBJ, LC_DOMAIN_OBMALLOC, LC_NDOMAINS };
 
+/* Sites of --where have a domain: one of these, or LC_SITE_HEAP (plain C-heap
+ * blocks, recorded by the worker's C-heap meter, lc_heap.c). */
+#define LC_SITE_HEAP LC_NDOMAINS
+#define LC_NSITE_DOMAINS (LC_NDOMAINS + 1)
+
 /* Install the wrappers. where != 0: also record the allocating call stack
  * of blocks allocated while lc_alloc_set_recording() is on. */
 void lc_alloc_install(int where);
@@ -40,6 +45,10 @@ void lc_alloc_set_recording(int kind);
 void lc_alloc_obm_begin(void *main_interp, uint32_t tag);
 int64_t lc_alloc_obm_end(void);
 
+/* > 0 while this thread is inside the counting wrappers' call into an
+ * original allocator (the C heap block being allocated or freed is Python's). */
+int lc_alloc_inside(void);
+
 /* The recorded sites: call fn for each site with live bytes. */
 #define LC_MAX_FRAMES 24
 #define LC_SAMPLES 4
@@ -55,6 +64,14 @@ typedef struct lc_site_info {
 } lc_site_info;
 typedef void (*lc_site_fn)(uint32_t id, const lc_site_info *info, void *arg);
 void lc_alloc_foreach_site(lc_site_fn fn, void *arg);
+
+/* A block of bytes allocated at the call stack ip[0..n-1] (domain: an
+ * LC_DOMAIN_* or LC_SITE_HEAP), in a bare cycle or not; sample: a pointer
+ * tracemalloc may know, or NULL.  Returns the site id (0: out of memory).
+ * lc_alloc_site_change(): a block of the site changed size or went (dblocks
+ * -1); old_ptr/now_ptr move a sample (NULL: none). */
+uint32_t lc_alloc_site_add(int domain, void **ip, int n, int64_t bytes, int bare, void *sample);
+void lc_alloc_site_change(uint32_t id, int bare, int64_t dbytes, int64_t dblocks, void *old_ptr, void *now_ptr);
 
 /* After tracemalloc has started (it wraps these wrappers): wrap it in turn
  * with pass-through hooks that tell the counting wrappers which requests are

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "lc_alloc.h"
+#include "lc_heap.h"
 #include "lc_util.h"
 #include "worker.h"
 
@@ -248,7 +249,10 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     if (q->where) lc_alloc_recheck_tracemalloc();
     int where_obm = q->where && uses_own_obmalloc(q->config);
     if (where_obm) lc_alloc_obm_begin(PyThreadState_GetInterpreter(main_tstate), (uint32_t)seq);
-    if (sl->judged) lc_alloc_set_recording(sl->side == 0 ? 1 : 2);
+    if (sl->judged) {
+        lc_alloc_set_recording(sl->side == 0 ? 1 : 2);
+        lc_heap_set_recording(sl->side == 0 ? 1 : 2);
+    }
     int64_t t0 = now_ns();
     new_interpreter(q->config, &ts);
     int refused = 0;
@@ -256,6 +260,7 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     Py_EndInterpreter(ts);
     int64_t t1 = now_ns();
     lc_alloc_set_recording(0);
+    lc_heap_set_recording(0);
     int64_t obm = where_obm ? lc_alloc_obm_end() : -1;
     PyThreadState_Swap(main_tstate);
     wk_fds_check();
@@ -362,6 +367,7 @@ static PyThreadState *init_python(const wk_request *q)
             unsetenv(env[i]);
         }
     if (!q->no_wrapper) lc_alloc_install(q->where);
+    if (q->where) lc_heap_where_enable();
 
     PyPreConfig pre;
     PyPreConfig_InitPythonConfig(&pre);

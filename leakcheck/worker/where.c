@@ -250,14 +250,14 @@ static void report_frames(const site_row *r, const char *self_object)
 
 void wk_report_where(const lc_schedule *s)
 {
-    static const char *const dom[LC_NDOMAINS] = {"raw", "mem", "obj", "obmalloc"};
+    static const char *const dom[LC_NSITE_DOMAINS] = {"raw", "mem", "obj", "obmalloc", "heap"};
     site_list l = {.sched = s};
     lc_alloc_foreach_site(collect_site, &l);
     qsort(l.rows, l.n, sizeof *l.rows, cmp_excess);
     if (lc_symbols_open() < 0) wk_info("where_symbols", "unavailable: %s", lc_symbols_error());
     char self_object[128];
     self_object_name(self_object, sizeof self_object);
-    int shown[LC_NDOMAINS] = {0};
+    int shown[LC_NSITE_DOMAINS] = {0};
     for (size_t i = 0; i < l.n; i++) {
         site_row *r = &l.rows[i];
         if (shown[r->info.domain]++ >= LC_SITES_PER_DOMAIN) continue;
@@ -265,7 +265,7 @@ void wk_report_where(const lc_schedule *s)
         lc_enc_site(&line, r->id, dom[r->info.domain], r->info.bytes, r->info.blocks);
         wk_emit(&line);
         report_frames(r, self_object);
-        if (py_traceback) report_python_lines(r->id, &r->info);
+        if (py_traceback && r->info.domain != LC_SITE_HEAP) report_python_lines(r->id, &r->info);
     }
     lc_symbols_close();
     free(l.rows);
