@@ -113,12 +113,12 @@ static void print_where(FILE *f, const lc_run *r, const analysis *a)
             nb ? " (subject cycles' minus bare cycles')" : "", LC_SITES_PER_DOMAIN);
     if (r->where_note[0]) fprintf(f, "  (symbols unavailable: %s)\n", r->where_note);
     if (!r->nsites) {
-        fprintf(f, "  nothing: no block allocated through Python's allocators during a judged cycle is still held%s\n",
-                nb ? " beyond the bare cycles'" : "");
+        fprintf(f, "  nothing: no block allocated during a judged cycle (Python's allocators, the C heap) is still "
+                   "held%s\n", nb ? " beyond the bare cycles'" : "");
         return;
     }
     for (size_t i = 0; i < r->nsites; i++) print_site(f, i + 1, &r->sites[i]);
-    fprintf(f, "  (plain malloc() calls are not attributed: see the malloc meter)\n");
+    fprintf(f, "  (domain heap: plain C-heap blocks - malloc & co, operator new - outside Python's allocators)\n");
     if (!strncmp(r->where_python, "unavailable", strlen("unavailable")))
         fprintf(f, "  (Python lines %s)\n", r->where_python);
 }

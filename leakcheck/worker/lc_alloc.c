@@ -523,7 +523,15 @@ int64_t lc_alloc_bytes(void)
     return sum;
 }
 
-int lc_alloc_inside(void) { return lc_inner_depth; }
+int lc_alloc_heap_class(void)
+{
+    if (lc_inner_depth > 0) return 1;
+    /* tracemalloc's hashtables use malloc() itself (Python/tracemalloc.c:
+       hashtable_new() passes {malloc, free}): within one of its hooks and
+       outside the counting wrappers, a C-heap block is its own */
+    if (lc_tm_depth > 0 && __atomic_load_n(&lc_over_tm, __ATOMIC_RELAXED)) return -1;
+    return 0;
+}
 
 void lc_alloc_set_recording(int kind)
 {

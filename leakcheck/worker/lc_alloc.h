@@ -45,9 +45,11 @@ void lc_alloc_set_recording(int kind);
 void lc_alloc_obm_begin(void *main_interp, uint32_t tag);
 int64_t lc_alloc_obm_end(void);
 
-/* > 0 while this thread is inside the counting wrappers' call into an
- * original allocator (the C heap block being allocated or freed is Python's). */
-int lc_alloc_inside(void);
+/* What a C-heap block allocated or freed by this thread now is: 1 Python's
+ * (inside a counting wrapper's call into an original allocator), -1 the
+ * tool's own (tracemalloc's tables, allocated with malloc() inside its hooks:
+ * not counted), 0 plain (anything else). */
+int lc_alloc_heap_class(void);
 
 /* The recorded sites: call fn for each site with live bytes. */
 #define LC_MAX_FRAMES 24

@@ -235,12 +235,13 @@ static void rec_forget(void *p, void *now, int64_t now_size)
 }
 
 /* --- the accounting around glibc's calls -------------------------------- */
-static inline int heap_counting(void) { return heap_own == 0; }
+/* -1: not counted (the tool's own), 0 plain, 1 Python's */
+static inline int heap_class(void) { return heap_own ? -1 : lc_alloc_heap_class(); }
 
 static inline void *heap_new(void *p)
 {
-    if (!p || !heap_counting()) return p;
-    int py = lc_alloc_inside() != 0;
+    int py;
+    if (!p || (py = heap_class()) < 0) return p;
     int64_t sz = (int64_t)malloc_usable_size(p);
     heap_count(py, sz, 1);
     if (__builtin_expect(__atomic_load_n(&heap_recording, __ATOMIC_RELAXED) != 0, 0) && !py)
@@ -250,8 +251,9 @@ static inline void *heap_new(void *p)
 
 static inline void heap_gone(void *p)
 {
-    if (!p || !heap_counting()) return;
-    heap_count(lc_alloc_inside() != 0, -(int64_t)malloc_usable_size(p), -1);
+    int py;
+    if (!p || (py = heap_class()) < 0) return;
+    heap_count(py, -(int64_t)malloc_usable_size(p), -1);
     if (__builtin_expect(__atomic_load_n(&heap_any_recorded, __ATOMIC_RELAXED), 0)) rec_forget(p, NULL, 0);
 }
 
@@ -283,8 +285,8 @@ LC_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t n)
 LC_EXPORT void *realloc(void *p, size_t n)
 {
     if (!p) return malloc(n);
-    if (!heap_counting()) return __libc_realloc(p, n);
-    int py = lc_alloc_inside() != 0;
+    int py = heap_class();
+    if (py < 0) return __libc_realloc(p, n);
     int64_t old = (int64_t)malloc_usable_size(p);
     void *q = __libc_realloc(p, n);
     if (!q) {
