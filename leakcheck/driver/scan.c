@@ -64,8 +64,9 @@ static void error_cell(scan_cell *c, const lc_run *r)
     lc_scopy(c->message, sizeof c->message, m2 ? m2 + 2 : r->error);
 }
 
-/* LEAK: any bytes meter but RSS (too coarse for a few cycles) and py (the
- * sum of its rows). */
+/* LEAK: any bytes meter but RSS (too coarse for a few cycles), py (the sum
+ * of its rows) and heap (heap.plain + the C-heap blocks of Python's
+ * allocators, which the py rows count in requested bytes). */
 static void judged_cell(scan_cell *c, const lc_run *r)
 {
     analysis a;
@@ -79,7 +80,7 @@ static void judged_cell(scan_cell *c, const lc_run *r)
             c->py_per_cycle = m->judged->slope;
         }
         if (m->def->value == LC_V_MALLOC) c->malloc_per_cycle = m->judged->slope;
-        if (m->verdict == LC_LEAK && m->def->value != LC_V_PY && (!worst || m->judged->slope > worst->judged->slope))
+        if (m->verdict == LC_LEAK && m->def->value != LC_V_PY && m->def->value != LC_V_HEAP && (!worst || m->judged->slope > worst->judged->slope))
             worst = m;
     }
     if (!worst) {

@@ -231,18 +231,22 @@ START_TEST(test_too_few_cycles)
     expect_usage((const char *[]){"--import", "json", "--cycles", "2", "--warmup", "1", "--json", NULL},
                  "at least 4 judged cycles");
     expect_usage((const char *[]){"--scan", "--import", "json", "--cycles", "1", NULL}, "at least 4 judged cycles");
-    /* --no-allocator-wrapper: only rss and malloc can judge; whatever they
-       say, the run's verdict follows the rule of --help */
+    /* --no-allocator-wrapper: only rss, malloc and the C-heap meter (not
+       Python's allocator wrapper: heap.plain is then all of heap) can judge;
+       whatever they say, the run's verdict follows the rule of --help */
     result r = run_tool((const char *[]){"--no-allocator-wrapper", "--cycles", "4", "--warmup", "1", "--json", NULL});
     ck_assert_msg(json_is_object(r.json), "no JSON: exit %d\n%s", r.status, tail(r.err));
-    const char *rss = verdict_of(&r, "rss"), *mal = verdict_of(&r, "malloc");
+    const char *rss = verdict_of(&r, "rss"), *mal = verdict_of(&r, "malloc"), *heap = verdict_of(&r, "heap");
     const char *verdict = json_string_value(json_object_get(r.json, "verdict"));
     ck_assert_str_eq(verdict_of(&r, "py"), "unavailable");
-    int leak = !strcmp(rss, "LEAK") || !strcmp(mal, "LEAK"), ok = !strcmp(rss, "no leak") || !strcmp(mal, "no leak");
+    ck_assert_str_eq(verdict_of(&r, "heap.plain"), heap);
+    int leak = !strcmp(rss, "LEAK") || !strcmp(mal, "LEAK") || !strcmp(heap, "LEAK");
+    int ok = !strcmp(rss, "no leak") || !strcmp(mal, "no leak") || !strcmp(heap, "no leak");
     const char *want = leak ? "LEAK" : (ok ? "no leak" : "not judged");
     int want_status = leak ? 1 : (ok ? 0 : 4);
     ck_assert_msg(!strcmp(verdict, want) && r.status == want_status,
-                  "rss %s, malloc %s: verdict %s exit %d, expected %s exit %d", rss, mal, verdict, r.status, want, want_status);
+                  "rss %s, malloc %s, heap %s: verdict %s exit %d, expected %s exit %d", rss, mal, heap, verdict, r.status,
+                  want, want_status);
     ck_assert_int_eq(json_integer_value(json_object_get(r.json, "exit_status")), want_status);
     free_result(&r);
 }

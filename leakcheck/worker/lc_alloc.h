@@ -35,8 +35,12 @@ void lc_alloc_totals(int64_t bytes[LC_NDOMAINS], int64_t blocks[LC_NDOMAINS]);
 /* Live bytes of all domains: each block once, in requested bytes. */
 int64_t lc_alloc_bytes(void);
 
-/* Attribution (only with where): 0 off, 1 record as subject cycle, 2 as bare. */
+/* Attribution (only with where): 0 off, 1 record as subject cycle, 2 as bare,
+ * 3 the Python-lines pass: a block allocated at a site already recorded
+ * becomes one of its samples, the site's counts stay.
+ * lc_alloc_samples_reset() empties every site's samples (before that pass). */
 void lc_alloc_set_recording(int kind);
+void lc_alloc_samples_reset(void);
 
 /* obmalloc blocks of the interpreter created in the current cycle (only with
  * where): lc_alloc_obm_begin(main_interp, tag) before the interpreter is
@@ -59,9 +63,9 @@ typedef struct lc_site_info {
     int nframes;
     void *frames[LC_MAX_FRAMES];
     int64_t bytes[2], blocks[2];   /* [0] subject cycles, [1] bare cycles */
-    /* up to LC_SAMPLES live blocks of the site allocated in subject cycles
-     * (the pointers Python's allocator API returned; NULL = none): tracemalloc
-     * knows their Python tracebacks */
+    /* up to LC_SAMPLES live blocks of the site allocated in the Python-lines
+     * pass (the pointers Python's allocator API returned; NULL = none):
+     * tracemalloc knows their Python tracebacks */
     void *samples[LC_SAMPLES];
 } lc_site_info;
 typedef void (*lc_site_fn)(uint32_t id, const lc_site_info *info, void *arg);

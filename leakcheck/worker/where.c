@@ -61,11 +61,12 @@ static int cmp_excess(const void *a, const void *b)
 typedef PyObject *(*lc_get_traceback_fn)(unsigned int domain, uintptr_t ptr);
 static lc_get_traceback_fn py_traceback;
 
-void wk_start_tracemalloc(void)
+int wk_start_tracemalloc(void)
 {
 #if PY_VERSION_HEX < 0x030C0000
     wk_info("where_python", "unavailable on CPython %s: tracemalloc deadlocks in Py_NewInterpreter() "
             "(its PyMem_RawMalloc hook calls PyGILState_Ensure)", PY_VERSION);
+    return 0;
 #elif PY_VERSION_HEX >= 0x030E0000
     /* tracemalloc keeps a reference to the file name (an interned string) of
        every frame it records; an interpreter with its own obmalloc frees its
@@ -78,12 +79,13 @@ void wk_start_tracemalloc(void)
     wk_info("where_python", "unavailable on CPython %s: tracemalloc keeps references to the file names of the "
             "interpreters it traced, and on 3.14+ an interpreter with its own obmalloc frees them when it ends "
             "(the next lookup reads freed memory)", PY_VERSION);
+    return 0;
 #else
     lc_get_traceback_fn fn;
     *(void **)&fn = dlsym(RTLD_DEFAULT, "_PyTraceMalloc_GetTraceback");
     if (!fn) {
         wk_info("where_python", "unavailable: CPython %s does not export _PyTraceMalloc_GetTraceback", PY_VERSION);
-        return;
+        return 0;
     }
     PyObject *m = PyImport_ImportModule("_tracemalloc");
     PyObject *r = m ? PyObject_CallMethod(m, "start", "i", LC_PY_FRAMES) : NULL;
@@ -92,12 +94,14 @@ void wk_start_tracemalloc(void)
         char err[1000];
         wk_describe_exception(err, sizeof err);
         wk_info("where_python", "unavailable: _tracemalloc.start() failed: %s", err);
-        return;
+        return 0;
     }
     Py_DECREF(r);
     lc_alloc_over_tracemalloc();
     py_traceback = fn;
-    wk_info("where_python", "tracemalloc, %d frames", LC_PY_FRAMES);
+    wk_info("where_python", "tracemalloc, %d frames, in %d more cycles after the judged ones (not measured)",
+            LC_PY_FRAMES, LC_PY_PASS_CYCLES);
+    return 1;
 #endif
 }
 
