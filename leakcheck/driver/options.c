@@ -87,9 +87,10 @@ static void help_meters_and_verdict(void)
         "resolution per chunk, or the second half of the run alone shows no growth.\n"
         "Otherwise inconclusive (typical of RSS: page-sized steps, a wide bound).\n"
         "Exact meters (heap*, py*, blocks, refs, fds count every unit) follow the exact\n"
-        "rule: LEAK when the growth per cycle of every chunk is above the allowed loss\n"
-        "(with a baseline: the excess over the bare cycles), else no leak; never\n"
-        "inconclusive.\n"
+        "rule: no leak when some chunk grew by no more than the allowed loss per cycle\n"
+        "(with a baseline: the excess over the bare cycles); LEAK when every chunk grew\n"
+        "by more and so does the slope's lower bound; inconclusive only when the\n"
+        "program itself is noisy (every chunk above, the bound below).\n"
         "  --max-bytes-per-cycle B  allowed loss per cycle for bytes meters (default 0)\n"
         "\n", LC_CHUNKS_MAX, LC_BLOCK_DIVISOR, LC_BLOCK_MAX);
 }

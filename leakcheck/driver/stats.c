@@ -133,7 +133,8 @@ void lc_judge(const double *x, size_t n, double cycles_per_sample, double resolu
         if (rate < j->chunk_rate_min) j->chunk_rate_min = rate;
     }
     if (exact) {
-        j->verdict = j->chunk_rate_min > threshold ? LC_LEAK : LC_NO_LEAK;
+        if (j->chunk_rate_min <= threshold) j->verdict = LC_NO_LEAK;
+        else j->verdict = j->slope - j->bound > threshold ? LC_LEAK : LC_INCONCLUSIVE;
         return;
     }
     if (j->slope - j->bound > threshold && all_grow)

@@ -28,10 +28,14 @@
  *
  * Exact meters (exact != 0: heap*, py*, blocks, refs, fds - they count every
  * byte or unit, no sampling, no free lists) are judged by the exact rule
- * instead: LEAK when the growth per cycle of EVERY chunk is above thr (with
- * a baseline: the excess per cycle over the bare cycles), else no leak.
- * Never inconclusive: the figures are not estimates.  The slope and bound
- * are computed and shown as for the other meters.
+ * instead: no leak when the growth per cycle of some chunk is not above thr
+ * (an exact meter that did not grow beyond the allowance over a chunk shows
+ * the loss is not per cycle); LEAK when every chunk's is above thr and so is
+ * slope - bound.  Inconclusive only when every chunk grew beyond thr but the
+ * samples disagree so much that the bound reaches below it: the program
+ * itself, not the meter, is noisy (CPython 3.11's py.obj: objects of one
+ * cycle freed in a later one).  A steady leak has bound 0 (or the rounding
+ * of malloc_usable_size).
  */
 #ifndef LC_STATS_H
 #define LC_STATS_H
