@@ -87,10 +87,9 @@ static void help_meters_and_verdict(void)
         "resolution per chunk, or the second half of the run alone shows no growth.\n"
         "Otherwise inconclusive (typical of RSS: page-sized steps, a wide bound).\n"
         "Exact meters (heap*, py*, blocks, refs, fds count every unit) follow the exact\n"
-        "rule: no leak when some chunk grew by no more than the allowed loss per cycle\n"
-        "(with a baseline: the excess over the bare cycles); LEAK when every chunk grew\n"
-        "by more and so does the slope's lower bound; inconclusive only when the\n"
-        "program itself is noisy (every chunk above, the bound below).\n"
+        "rule: every chunk must grow by more than the allowed loss PER CYCLE (with a\n"
+        "baseline: the excess over the bare cycles); a steady loss has bound 0, so it is\n"
+        "LEAK or no leak - inconclusive only when the program itself is noisy.\n"
         "  --max-bytes-per-cycle B  allowed loss per cycle for bytes meters (default 0)\n"
         "\n", LC_CHUNKS_MAX, LC_BLOCK_DIVISOR, LC_BLOCK_MAX);
 }

@@ -132,11 +132,8 @@ void lc_judge(const double *x, size_t n, double cycles_per_sample, double resolu
         double rate = j->chunk_growth[c] / ((double)(b - a) * cycles_per_sample);
         if (rate < j->chunk_rate_min) j->chunk_rate_min = rate;
     }
-    if (exact) {
-        if (j->chunk_rate_min <= threshold) j->verdict = LC_NO_LEAK;
-        else j->verdict = j->slope - j->bound > threshold ? LC_LEAK : LC_INCONCLUSIVE;
-        return;
-    }
+    /* the exact rule: every chunk above the allowed loss per cycle */
+    if (exact) all_grow = j->chunk_rate_min > threshold;
     if (j->slope - j->bound > threshold && all_grow)
         j->verdict = LC_LEAK;
     else if (j->slope + j->bound <= threshold + j->floor || j->late_slope + j->late_bound <= threshold + j->floor)

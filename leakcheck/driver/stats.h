@@ -27,15 +27,14 @@
  *  inconclusive  otherwise, e.g. a noisy meter with a wide bound.
  *
  * Exact meters (exact != 0: heap*, py*, blocks, refs, fds - they count every
- * byte or unit, no sampling, no free lists) are judged by the exact rule
- * instead: no leak when the growth per cycle of some chunk is not above thr
- * (an exact meter that did not grow beyond the allowance over a chunk shows
- * the loss is not per cycle); LEAK when every chunk's is above thr and so is
- * slope - bound.  Inconclusive only when every chunk grew beyond thr but the
- * samples disagree so much that the bound reaches below it: the program
- * itself, not the meter, is noisy (CPython 3.11's py.obj: objects of one
- * cycle freed in a later one).  A steady leak has bound 0 (or the rounding
- * of malloc_usable_size).
+ * byte or unit, no sampling, no free lists) follow the exact rule: "every
+ * chunk grew" means every chunk's growth PER CYCLE is above thr (not one
+ * resolution step).  A steady loss repeats exactly, its bound is 0 (or the
+ * few bytes of malloc_usable_size()'s rounding): LEAK when it is above thr,
+ * else no leak - nothing is left inconclusive by the meter.  Only a program
+ * that is itself noisy (CPython 3.11: objects of one cycle freed in a later
+ * one, so py* and heap move by kilobytes either way) can leave an exact
+ * meter inconclusive; never "no leak" on a chunk that happened to dip.
  */
 #ifndef LC_STATS_H
 #define LC_STATS_H

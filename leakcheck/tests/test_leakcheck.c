@@ -645,10 +645,13 @@ static result heap_run(const char *module, const char *max_bytes, const char *wa
     return run_tool(args);
 }
 
+/* heap.plain on every CPython; heap (which also holds Python's RAW blocks)
+ * on 3.12+ only: on 3.11 CPython's own objects of one cycle are freed in a
+ * later one, so heap moves by kilobytes per cycle there (as py does) */
 static void expect_heap(const result *r, const char *module, const char *verdict, double lo, double hi)
 {
-    static const char *const meters[] = {"heap", "heap.plain"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const meters[] = {"heap.plain", "heap"};
+    for (int i = 0; i < (at_least(3, 12) ? 2 : 1); i++) {
         const char *v = verdict_of(r, meters[i]);
         ck_assert_msg(v && !strcmp(v, verdict), "%s: %s judged %s, expected %s\n%s%s", module, meters[i],
                       v ? v : "(none)", verdict, tail(r->out), tail(r->err));
@@ -711,9 +714,10 @@ END_TEST
 
 START_TEST(test_heap_no_leak)
 {
-    /* a cache that grows for the first 5 imports of the process, then stops
-       (no warm-up: it grows in the first judged chunks, not in the last) */
-    result r = heap_run("_pyfini_heap_cache5", "0", "0", 0);
+    /* a cache that grows for the first 5 imports of the process, then stops:
+       1 import in the warm-up, 4 in the first half of the judged block pairs,
+       none in the second half (the growth stopped: no leak) */
+    result r = heap_run("_pyfini_heap_cache5", "0", "1", 0);
     expect_heap(&r, "cache5", "no leak", 0, 1000);
     free_result(&r);
     /* malloc + free in the same import */
@@ -1091,7 +1095,7 @@ int main(void)
         {"heap_malloc200", test_heap_malloc200, 120},
         {"heap_cxx_new", test_heap_cxx_new, 120},
         {"heap_realloc", test_heap_realloc, 120},
-        {"heap_no_leak", test_heap_no_leak, 120},
+        {"heap_no_leak", test_heap_no_leak, 240},
         {"heap_corruption", test_heap_corruption, 60},
         {"scan_modules", test_scan_modules, 120},
         {"scan_one_module", test_scan_one_module, 60},
