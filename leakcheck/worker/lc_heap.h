@@ -54,7 +54,9 @@ void lc_heap_set_recording(int kind);
 
 /* The tool's own allocations (its tables, libunwind's caches): while a
  * thread is inside lc_heap_own_enter()/leave(), malloc & co pass through
- * uncounted.  A block must be freed the way it was allocated. */
+ * uncounted; so do the blocks tracemalloc allocates with malloc() inside its
+ * hooks (lc_alloc_heap_class() < 0).  A block must be freed the way it was
+ * allocated. */
 void lc_heap_own_enter(void);
 void lc_heap_own_leave(void);
 
