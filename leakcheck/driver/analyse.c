@@ -7,28 +7,37 @@
 #include "driver.h"
 
 const lc_meter_def lc_meters[LC_NMETERS] = {
-    {"rss", LC_V_RSS, 1, 4096,
+    {"rss", LC_V_RSS, 1, 0, 4096,
      "resident set size of the worker process (/proc/self/statm), bytes. What the\n"
      "      system sees; includes abandoned obmalloc arenas. Noisy, one-page resolution."},
-    {"malloc", LC_V_MALLOC, 1, 16,
+    {"malloc", LC_V_MALLOC, 1, 0, 16,
      "bytes in use in the C library's malloc (glibc mallinfo2: uordblks + hblkhd),\n"
-     "      chunk sizes with malloc's own headers. Sees plain malloc() of C extensions."},
-    {"py", LC_V_PY, 1, 1,
+     "      chunk sizes with malloc's own headers. Noisy (free lists): see heap."},
+    {"heap", LC_V_HEAP, 1, 1, 1,
+     "bytes of the live blocks of the C heap, exactly: every malloc, calloc, realloc,\n"
+     "      reallocarray, posix_memalign, aligned_alloc, memalign, valloc, pvalloc and\n"
+     "      free of the process (C extensions, libstdc++'s operator new/delete, libpython,\n"
+     "      libc), interposed by the worker; malloc_usable_size() bytes (>= requested)."},
+    {"heap.plain", LC_V_HEAP_PLAIN, 1, 1, 1,
+     "the part of heap NOT obtained through Python's allocators (the blocks of\n"
+     "      PyMem_RawMalloc & co are counted in py.raw and in heap, not here)."},
+    {"heap.blocks", LC_V_HEAP_BLOCKS, 0, 1, 1, "live blocks of the C heap (all of heap)."},
+    {"py", LC_V_PY, 1, 1, 1,
      "bytes held through Python's allocators (the four rows below): exact requested\n"
      "      sizes, counted by a PyMem_SetAllocator wrapper installed before Py_Initialize."},
-    {"py.raw", LC_V_PY_RAW, 1, 1,
+    {"py.raw", LC_V_PY_RAW, 1, 1, 1,
      "the same for PYMEM_DOMAIN_RAW (PyMem_RawMalloc: interpreter and thread states,\n"
      "      an isolated interpreter's obmalloc state, buffers of C extensions)."},
-    {"py.mem", LC_V_PY_MEM, 1, 1, "the same for PYMEM_DOMAIN_MEM (PyMem_Malloc)."},
-    {"py.obj", LC_V_PY_OBJ, 1, 1, "the same for PYMEM_DOMAIN_OBJ (PyObject_Malloc: Python objects)."},
-    {"py.obm", LC_V_PY_OBMALLOC, 1, 1,
+    {"py.mem", LC_V_PY_MEM, 1, 1, 1, "the same for PYMEM_DOMAIN_MEM (PyMem_Malloc)."},
+    {"py.obj", LC_V_PY_OBJ, 1, 1, 1, "the same for PYMEM_DOMAIN_OBJ (PyObject_Malloc: Python objects)."},
+    {"py.obm", LC_V_PY_OBMALLOC, 1, 1, 1,
      "obmalloc's own bookkeeping: RAW blocks pymalloc allocates for itself (arena\n"
      "      table, radix-tree arena map). Lost with an abandoned own-obmalloc state."},
-    {"blocks", LC_V_BLOCKS, 0, 1,
+    {"blocks", LC_V_BLOCKS, 0, 1, 1,
      "blocks allocated through Python's allocators and not freed yet (all domains)."},
-    {"refs", LC_V_REFS, 0, 1,
+    {"refs", LC_V_REFS, 0, 1, 1,
      "total reference count, sys.gettotalrefcount(): debug builds (Py_REF_DEBUG) only."},
-    {"fds", LC_V_FDS, 0, 1, "open file descriptors of the worker (/proc/self/fd)."},
+    {"fds", LC_V_FDS, 0, 1, 1, "open file descriptors of the worker (/proc/self/fd)."},
 };
 
 const meter_result *lc_meter_result(const analysis *a, int value)
@@ -92,6 +101,7 @@ static void judge_meter(const lc_run *r, meter_result *m, double thr, int paired
 {
     int v = m->def->value;
     double res = m->def->resolution, k = 1;
+    int exact = m->def->exact;
     size_t cs = 0, cb = 0, ce = 0;
     if (paired) {
         cs = cb = ce = block_series(r, v, xs, xb, xe, &k);
@@ -104,9 +114,9 @@ static void judge_meter(const lc_run *r, meter_result *m, double thr, int paired
             else xb[cb++] = (double)(c->v[v] - prev);
         }
     }
-    if (cs) lc_judge(xs, cs, k, res, thr, paired, &m->subject), m->have_subject = 1;
-    if (cb) lc_judge(xb, cb, k, res, thr, paired, &m->bare), m->have_bare = 1;
-    if (ce) lc_judge(xe, ce, k, res, thr, paired, &m->excess), m->have_excess = 1;
+    if (cs) lc_judge(xs, cs, k, res, thr, paired, exact, &m->subject), m->have_subject = 1;
+    if (cb) lc_judge(xb, cb, k, res, thr, paired, exact, &m->bare), m->have_bare = 1;
+    if (ce) lc_judge(xe, ce, k, res, thr, paired, exact, &m->excess), m->have_excess = 1;
     m->judged = m->have_excess ? &m->excess : (m->have_subject ? &m->subject : (m->have_bare ? &m->bare : NULL));
     m->verdict = m->judged ? m->judged->verdict : LC_TOO_FEW;
 }

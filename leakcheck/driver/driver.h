@@ -191,11 +191,12 @@ typedef struct lc_meter_def {
     const char *name;
     int value;           /* enum lc_value */
     int bytes;           /* a bytes meter (drives exit status 1) */
+    int exact;           /* counts every unit: judged by the exact rule (stats.h) */
     double resolution;
     const char *help;
 } lc_meter_def;
 extern const lc_meter_def lc_meters[];
-#define LC_NMETERS 10
+#define LC_NMETERS 13
 
 typedef struct meter_result {
     const lc_meter_def *def;

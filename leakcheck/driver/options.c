@@ -77,7 +77,7 @@ static void help_subject_and_run(void)
 static void help_meters_and_verdict(void)
 {
     printf("The meters, read after every cycle (a meter that cannot work on a build says so):\n");
-    for (size_t i = 0; i < LC_NMETERS; i++) printf("  %-7s %s\n", lc_meters[i].name, lc_meters[i].help);
+    for (size_t i = 0; i < LC_NMETERS; i++) printf("  %-11s %s\n", lc_meters[i].name, lc_meters[i].help);
     printf(
         "  time    wall time of one create + subject + end cycle.\n"
         "\n"
@@ -90,6 +90,10 @@ static void help_meters_and_verdict(void)
         "is not a leak).  no leak: the bound lies below the allowed loss plus the meter's\n"
         "resolution per chunk, or the second half of the run alone shows no growth.\n"
         "Otherwise inconclusive (typical of RSS: page-sized steps, a wide bound).\n"
+        "Exact meters (heap*, py*, blocks, refs, fds count every unit) follow the exact\n"
+        "rule: every chunk must grow by more than the allowed loss PER CYCLE (with a\n"
+        "baseline: the excess over the bare cycles); a steady loss has bound 0, so it is\n"
+        "LEAK or no leak - inconclusive only when the program itself is noisy.\n"
         "  --max-bytes-per-cycle B  allowed loss per cycle for bytes meters (default 0)\n"
         "\n", LC_CHUNKS_MAX, LC_BLOCK_DIVISOR, LC_BLOCK_MAX);
 }

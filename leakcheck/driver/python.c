@@ -74,8 +74,9 @@ static const char *c_compiler(void) { return access(LC_C_COMPILER, X_OK) == 0 ? 
  * change in any of them builds a new worker; the .c files are compiled. */
 static const char *const worker_files[] = {
     "worker/main.c", "worker/meters.c", "worker/subject.c", "worker/where.c", "worker/lc_alloc.c",
-    "worker/lc_meter.c", "worker/symbols.c", "shared/lc_protocol.c", "shared/lc_schedule.c",
-    "worker/worker.h", "worker/lc_alloc.h", "worker/lc_meter.h", "worker/symbols.h", "shared/lc_protocol.h",
+    "worker/lc_meter.c", "worker/symbols.c", "worker/lc_heap.c", "shared/lc_protocol.c", "shared/lc_schedule.c",
+    "worker/worker.h", "worker/lc_alloc.h", "worker/lc_meter.h", "worker/symbols.h", "worker/lc_heap.h",
+    "worker/lc_heap.dynlist", "shared/lc_protocol.h",
     "shared/lc_schedule.h", "shared/lc_util.h", "../common/interp_configs.h"};
 #define LC_NWORKER_FILES (sizeof worker_files / sizeof *worker_files)
 static const char *const worker_include_dirs[] = {"worker", "shared", "../common"};
@@ -305,6 +306,7 @@ typedef struct compile_strings {
     char exe_def[PATH_MAX + 64], out_tmp[PATH_MAX + 16];
     char incdirs[3][PATH_MAX + 4], srcs[LC_NWORKER_FILES][PATH_MAX], rpaths[16][PATH_MAX + 16];
     char libs[sizeof LC_WORKER_LIBS];
+    char dynlist[PATH_MAX + 32];
 } compile_strings;
 
 static void compiler_argv(char **argv, compile_strings *cc, char *inc, char *ld)
@@ -326,6 +328,8 @@ static void compiler_argv(char **argv, compile_strings *cc, char *inc, char *ld)
         snprintf(cc->srcs[i], PATH_MAX, "%s/%s", layout()->source, worker_files[i]);
         argv[argc++] = cc->srcs[i];
     }
+    snprintf(cc->dynlist, sizeof cc->dynlist, "-Wl,--dynamic-list=%s/worker/lc_heap.dynlist", LC_SOURCE_DIR);
+    argv[argc++] = cc->dynlist;
     argv[argc++] = "-o";
     argv[argc++] = cc->out_tmp;
     int ld_start = argc;

@@ -46,6 +46,7 @@ static json_t *judgement_json(const lc_judgement *j)
     json_t *ch = json_array();
     for (int c = 0; c < j->nchunks; c++) json_array_append_new(ch, jnum(j->chunk_growth[c]));
     set(o, "chunk_growth", ch);
+    if (j->nchunks) set(o, "chunk_min_per_cycle", jnum(j->chunk_rate_min));
     set(o, "late_per_cycle", jnum(j->late_slope));
     set(o, "late_bound", jnum(j->late_bound));
     set(o, "verdict", lc_json_str(lc_verdict_name(j->verdict)));
@@ -97,6 +98,7 @@ static json_t *meter_json(const meter_result *m)
     set(mj, "how", lc_json_str(m->how ? m->how : ""));
     set(mj, "bytes_meter", json_boolean(m->def->bytes));
     set(mj, "resolution", json_real(m->def->resolution));
+    set(mj, "exact", json_boolean(m->def->exact));
     if (m->available && m->judged) {
         if (m->have_subject) set(mj, "subject", judgement_json(&m->subject));
         if (m->have_bare) set(mj, "bare", judgement_json(&m->bare));

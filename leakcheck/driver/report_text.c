@@ -62,30 +62,30 @@ void lc_print_subject(FILE *f, const lc_request *q)
 static void print_meter_row(FILE *f, const meter_result *m, int paired)
 {
     if (!m->available) {
-        fprintf(f, "%-8s unavailable: %s\n", m->def->name, m->how && *m->how ? m->how : "not reported by the worker");
+        fprintf(f, "%-11s unavailable: %s\n", m->def->name, m->how && *m->how ? m->how : "not reported by the worker");
         return;
     }
     char s[32] = "", b[32] = "", j[32] = "", bd[32] = "", col[64];
     if (m->have_subject) lc_fmt_value(s, sizeof s, m->def, m->subject.slope, 1);
     if (m->have_bare) lc_fmt_value(b, sizeof b, m->def, m->bare.slope, 1);
     if (!m->judged) {
-        fprintf(f, "%-8s (no judged cycle)\n", m->def->name);
+        fprintf(f, "%-11s (no judged cycle)\n", m->def->name);
         return;
     }
     lc_fmt_value(j, sizeof j, m->def, m->judged->slope, 1);
     lc_fmt_value(bd, sizeof bd, m->def, m->judged->bound, 0);
     snprintf(col, sizeof col, "%s ± %s", j, bd);
-    if (paired) fprintf(f, "%-8s %14s %14s   %-28s %s\n", m->def->name, s, b, col, lc_verdict_name(m->verdict));
-    else fprintf(f, "%-8s   %-28s %s\n", m->def->name, col, lc_verdict_name(m->verdict));
+    if (paired) fprintf(f, "%-11s %14s %14s   %-28s %s\n", m->def->name, s, b, col, lc_verdict_name(m->verdict));
+    else fprintf(f, "%-11s   %-28s %s\n", m->def->name, col, lc_verdict_name(m->verdict));
 }
 
 static void print_meter_table(FILE *f, const analysis *a, int paired)
 {
     if (paired)
-        fprintf(f, "%-8s %14s %14s   %-28s %s\n", "meter", "subject/cycle", "bare/cycle", "excess/cycle ± 99% bound",
+        fprintf(f, "%-11s %14s %14s   %-28s %s\n", "meter", "subject/cycle", "bare/cycle", "excess/cycle ± 99% bound",
                 "verdict");
     else
-        fprintf(f, "%-8s   %-28s %s\n", "meter", "per cycle ± 99% bound", "verdict");
+        fprintf(f, "%-11s   %-28s %s\n", "meter", "per cycle ± 99% bound", "verdict");
     for (size_t i = 0; i < LC_NMETERS; i++) print_meter_row(f, &a->m[i], paired);
 }
 
@@ -113,12 +113,12 @@ static void print_where(FILE *f, const lc_run *r, const analysis *a)
             nb ? " (subject cycles' minus bare cycles')" : "", LC_SITES_PER_DOMAIN);
     if (r->where_note[0]) fprintf(f, "  (symbols unavailable: %s)\n", r->where_note);
     if (!r->nsites) {
-        fprintf(f, "  nothing: no block allocated through Python's allocators during a judged cycle is still held%s\n",
-                nb ? " beyond the bare cycles'" : "");
+        fprintf(f, "  nothing: no block allocated during a judged cycle (Python's allocators, the C heap) is still "
+                   "held%s\n", nb ? " beyond the bare cycles'" : "");
         return;
     }
     for (size_t i = 0; i < r->nsites; i++) print_site(f, i + 1, &r->sites[i]);
-    fprintf(f, "  (plain malloc() calls are not attributed: see the malloc meter)\n");
+    fprintf(f, "  (domain heap: plain C-heap blocks - malloc & co, operator new - outside Python's allocators)\n");
     if (!strncmp(r->where_python, "unavailable", strlen("unavailable")))
         fprintf(f, "  (Python lines %s)\n", r->where_python);
 }

@@ -124,6 +124,7 @@ static void take_avail(lc_run *r, const char *name, int available, const char *h
         {"rss", LC_V_RSS, LC_V_RSS},          {"malloc", LC_V_MALLOC, LC_V_MALLOC},
         {"py", LC_V_PY, LC_V_PY_OBMALLOC},    {"blocks", LC_V_BLOCKS, LC_V_BLOCKS},
         {"refs", LC_V_REFS, LC_V_REFS},       {"fds", LC_V_FDS, LC_V_FDS},
+        {"heap", LC_V_HEAP, LC_V_HEAP_BLOCKS},
     };
     for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
         if (strcmp(map[i].name, name)) continue;

@@ -86,8 +86,10 @@ static void error_cell(scan_cell *c, const lc_run *r)
 
 /* A run that finished: a failed child of the subject (as a crash), pyfini's
  * leak report on its stderr, or a LEAK of any bytes meter but RSS (too coarse
- * for a few cycles) and py (the sum of its rows) above --max-bytes-per-cycle;
- * no bytes meter judged: "not judged", never "ok". */
+ * for a few cycles), py (the sum of its rows) and heap (heap.plain + the
+ * C-heap blocks of Python's allocators, which the py rows count in requested
+ * bytes) above --max-bytes-per-cycle; no bytes meter judged: "not judged",
+ * never "ok". */
 static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
 {
     analysis a;
@@ -101,7 +103,7 @@ static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
             c->py_per_cycle = m->judged->slope;
         }
         if (m->def->value == LC_V_MALLOC) c->malloc_per_cycle = m->judged->slope;
-        if (m->verdict == LC_LEAK && m->def->value != LC_V_PY && (!worst || m->judged->slope > worst->judged->slope))
+        if (m->verdict == LC_LEAK && m->def->value != LC_V_PY && m->def->value != LC_V_HEAP && (!worst || m->judged->slope > worst->judged->slope))
             worst = m;
     }
     const char *beyond = q->baseline ? " beyond the bare cycle" : "";

@@ -103,7 +103,7 @@ static int chunks_for(size_t n)
 }
 
 void lc_judge(const double *x, size_t n, double cycles_per_sample, double resolution, double threshold,
-              int independent, lc_judgement *j)
+              int independent, int exact, lc_judgement *j)
 {
     memset(j, 0, sizeof *j);
     j->n = n;
@@ -125,8 +125,15 @@ void lc_judge(const double *x, size_t n, double cycles_per_sample, double resolu
     slope_and_bound(x + half, n - half, chunks_for(n - half), independent, &j->late_slope, &j->late_bound, NULL);
 
     int all_grow = 1;
-    for (int c = 0; c < j->nchunks; c++)
+    j->chunk_rate_min = INFINITY;
+    for (int c = 0; c < j->nchunks; c++) {
         if (j->chunk_growth[c] < resolution) all_grow = 0;
+        size_t a = n * (size_t)c / (size_t)j->nchunks, b = n * (size_t)(c + 1) / (size_t)j->nchunks;
+        double rate = j->chunk_growth[c] / ((double)(b - a) * cycles_per_sample);
+        if (rate < j->chunk_rate_min) j->chunk_rate_min = rate;
+    }
+    /* the exact rule: every chunk above the allowed loss per cycle */
+    if (exact) all_grow = j->chunk_rate_min > threshold;
     if (j->slope - j->bound > threshold && all_grow)
         j->verdict = LC_LEAK;
     else if (j->slope + j->bound <= threshold + j->floor || j->late_slope + j->late_bound <= threshold + j->floor)

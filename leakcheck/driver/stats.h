@@ -25,6 +25,16 @@
  *  no leak       slope + bound <= thr + floor, or the second half of the run
  *                alone gives slope + bound <= thr + floor (growth stopped);
  *  inconclusive  otherwise, e.g. a noisy meter with a wide bound.
+ *
+ * Exact meters (exact != 0: heap*, py*, blocks, refs, fds - they count every
+ * byte or unit, no sampling, no free lists) follow the exact rule: "every
+ * chunk grew" means every chunk's growth PER CYCLE is above thr (not one
+ * resolution step).  A steady loss repeats exactly, its bound is 0 (or the
+ * few bytes of malloc_usable_size()'s rounding): LEAK when it is above thr,
+ * else no leak - nothing is left inconclusive by the meter.  Only a program
+ * that is itself noisy (CPython 3.11: objects of one cycle freed in a later
+ * one, so py* and heap move by kilobytes either way) can leave an exact
+ * meter inconclusive; never "no leak" on a chunk that happened to dip.
  */
 #ifndef LC_STATS_H
 #define LC_STATS_H
@@ -42,12 +52,13 @@ typedef struct lc_judgement {
     double floor;             /* resolution / chunk length */
     int nchunks;
     double chunk_growth[LC_CHUNKS_MAX];
+    double chunk_rate_min;    /* smallest growth per cycle of a chunk */
     double late_slope, late_bound;   /* second half of the judged cycles */
     enum lc_verdict verdict;
 } lc_judgement;
 
 void lc_judge(const double *x, size_t n, double cycles_per_sample, double resolution, double threshold,
-              int independent, lc_judgement *out);
+              int independent, int exact, lc_judgement *out);
 const char *lc_verdict_name(enum lc_verdict v);
 double lc_t995(int df);   /* Student's t, 99.5% quantile */
 

@@ -67,6 +67,9 @@ enum lc_value {
     LC_V_BLOCKS,    /* blocks allocated through Python's allocators, in use */
     LC_V_REFS,      /* total reference count (debug builds) */
     LC_V_FDS,       /* open file descriptors */
+    LC_V_HEAP,      /* bytes of live C-heap blocks (malloc & co, interposed; malloc_usable_size) */
+    LC_V_HEAP_PLAIN,  /* ... of those not obtained through Python's allocators */
+    LC_V_HEAP_BLOCKS, /* live C-heap blocks */
     LC_NVALUES
 };
 

@@ -141,7 +141,8 @@ static int at_least(int major, int minor) { return py_major > major || (py_major
 
 static void no_bytes_meter_leaks(const result *r)
 {
-    static const char *const bytes[] = {"rss", "malloc", "py", "py.raw", "py.mem", "py.obj", "py.obm"};
+    static const char *const bytes[] = {"rss", "malloc", "heap", "heap.plain", "py", "py.raw", "py.mem", "py.obj",
+                                        "py.obm"};
     for (size_t i = 0; i < sizeof bytes / sizeof *bytes; i++) {
         const char *v = verdict_of(r, bytes[i]);
         ck_assert_msg(v && strcmp(v, "LEAK") != 0, "meter %s judged %s:\n%s", bytes[i], v ? v : "(none)", r->out);
@@ -256,18 +257,22 @@ START_TEST(test_too_few_cycles)
     expect_usage((const char *[]){"--import", "json", "--cycles", "2", "--warmup", "1", "--json", NULL},
                  "at least 4 judged cycles");
     expect_usage((const char *[]){"--scan", "--import", "json", "--cycles", "1", NULL}, "at least 4 judged cycles");
-    /* --no-allocator-wrapper: only rss and malloc can judge; whatever they
-       say, the run's verdict follows the rule of --help */
+    /* --no-allocator-wrapper: only rss, malloc and the C-heap meter (not
+       Python's allocator wrapper: heap.plain is then all of heap) can judge;
+       whatever they say, the run's verdict follows the rule of --help */
     result r = run_tool((const char *[]){"--no-allocator-wrapper", "--cycles", "4", "--warmup", "1", "--json", NULL});
     ck_assert_msg(json_is_object(r.json), "no JSON: exit %d\n%s", r.status, tail(r.err));
-    const char *rss = verdict_of(&r, "rss"), *mal = verdict_of(&r, "malloc");
+    const char *rss = verdict_of(&r, "rss"), *mal = verdict_of(&r, "malloc"), *heap = verdict_of(&r, "heap");
     const char *verdict = json_string_value(json_object_get(r.json, "verdict"));
     ck_assert_str_eq(verdict_of(&r, "py"), "unavailable");
-    int leak = !strcmp(rss, "LEAK") || !strcmp(mal, "LEAK"), ok = !strcmp(rss, "no leak") || !strcmp(mal, "no leak");
+    ck_assert_str_eq(verdict_of(&r, "heap.plain"), heap);
+    int leak = !strcmp(rss, "LEAK") || !strcmp(mal, "LEAK") || !strcmp(heap, "LEAK");
+    int ok = !strcmp(rss, "no leak") || !strcmp(mal, "no leak") || !strcmp(heap, "no leak");
     const char *want = leak ? "LEAK" : (ok ? "no leak" : "not judged");
     int want_status = leak ? 1 : (ok ? 0 : 4);
     ck_assert_msg(!strcmp(verdict, want) && r.status == want_status,
-                  "rss %s, malloc %s: verdict %s exit %d, expected %s exit %d", rss, mal, verdict, r.status, want, want_status);
+                  "rss %s, malloc %s, heap %s: verdict %s exit %d, expected %s exit %d", rss, mal, heap, verdict, r.status,
+                  want, want_status);
     ck_assert_int_eq(json_integer_value(json_object_get(r.json, "exit_status")), want_status);
     free_result(&r);
 }
@@ -581,15 +586,22 @@ START_TEST(test_config_needs_312)
 END_TEST
 
 /* --- crashes and hangs are findings: exit 3 ------------------------------- */
-START_TEST(test_crash_reported)
+/* a --json run whose worker aborted (SIGABRT) in cycle 1, a subject cycle */
+static json_t *expect_abort_in_cycle1(const result *r)
 {
-    result r = run_tool((const char *[]){"--code", "import os\nos.abort()", "--cycles", "4", "--json", NULL});
-    ck_assert_msg(r.status == 3, "exit %d, expected 3\n%s%s", r.status, tail(r.out), tail(r.err));
-    json_t *c = json_object_get(r.json, "crash");
-    ck_assert_msg(json_is_object(c), "no crash object:\n%s", tail(r.out));
+    ck_assert_msg(r->status == 3, "exit %d, expected 3\n%s%s", r->status, tail(r->out), tail(r->err));
+    json_t *c = json_object_get(r->json, "crash");
+    ck_assert_msg(json_is_object(c), "no crash object:\n%s", tail(r->out));
     ck_assert_int_eq(json_integer_value(json_object_get(c, "signal")), 6);
     ck_assert_int_eq(json_integer_value(json_object_get(c, "cycle")), 1);
     ck_assert_str_eq(json_string_value(json_object_get(c, "cycle_kind")), "subject");
+    return c;
+}
+
+START_TEST(test_crash_reported)
+{
+    result r = run_tool((const char *[]){"--code", "import os\nos.abort()", "--cycles", "4", "--json", NULL});
+    expect_abort_in_cycle1(&r);
     ck_assert_str_eq(json_string_value(json_object_get(r.json, "verdict")), "crash");
     free_result(&r);
     /* the text report names signal, cycle and subject */
@@ -678,6 +690,116 @@ START_TEST(test_bare_legacy)
         printf("NOTE bare legacy cycle on CPython %d.%d.%d: py.obj %s, %.0f B/cycle\n", py_major,
                py_minor, py_patch, verdict_of(&r, "py.obj"), judged_per_cycle(&r, "py.obj"));
     }
+    free_result(&r);
+}
+END_TEST
+
+/* --- the C-heap meter: heap, heap.plain (tests/heapmod.c, heapnew.cpp) ----- */
+/* Exact meters judge by the exact rule, so few cycles do: 8 judged rounds
+ * (8 block pairs of 1 subject + 1 bare cycle, 3 chunks), legacy
+ * interpreters (every CPython). */
+static result heap_run(const char *module, const char *max_bytes, const char *warmup, int where)
+{
+    const char *args[16] = {"--config", "legacy", "--import", module, "--cycles", "8", "--warmup", warmup,
+                            "--max-bytes-per-cycle", max_bytes, "--json"};
+    if (where) args[11] = "--where";
+    return run_tool(args);
+}
+
+/* heap.plain on every CPython; heap (which also holds Python's RAW blocks)
+ * on 3.12+ only: on 3.11 CPython's own objects of one cycle are freed in a
+ * later one, so heap moves by kilobytes per cycle there (as py does) */
+static void expect_heap(const result *r, const char *module, const char *verdict, double lo, double hi)
+{
+    static const char *const meters[] = {"heap.plain", "heap"};
+    for (int i = 0; i < (at_least(3, 12) ? 2 : 1); i++) {
+        const char *v = verdict_of(r, meters[i]);
+        ck_assert_msg(v && !strcmp(v, verdict), "%s: %s judged %s, expected %s\n%s%s", module, meters[i],
+                      v ? v : "(none)", verdict, tail(r->out), tail(r->err));
+        double x = judged_per_cycle(r, meters[i]);
+        ck_assert_msg(x >= lo && x <= hi, "%s: %s excess %.1f B/cycle, expected %.0f..%.0f", module, meters[i], x, lo,
+                      hi);
+    }
+}
+
+START_TEST(test_heap_malloc200)
+{
+    /* malloc(200) lost per import: 200 B usable (glibc: request + 8, rounded
+       to 16, minus the 8-byte header) */
+    result r = heap_run("_pyfini_heap_malloc200", "100", "1", 0);
+    ck_assert_msg(r.status == 1, "B=100: exit %d, expected 1 (LEAK)\n%s%s", r.status, tail(r.out), tail(r.err));
+    expect_heap(&r, "malloc200, B=100", "LEAK", 184, 216);
+    ck_assert_str_eq(verdict_of(&r, "py.raw"), "no leak");   /* not Python's allocators */
+    free_result(&r);
+    r = heap_run("_pyfini_heap_malloc200", "1000", "1", 0);
+    expect_heap(&r, "malloc200, B=1000", "no leak", 184, 216);
+    ck_assert_msg(r.status == 0, "B=1000: exit %d, expected 0 (no leak)\n%s%s", r.status, tail(r.out), tail(r.err));
+    free_result(&r);
+}
+END_TEST
+
+START_TEST(test_heap_cxx_new)
+{
+    /* operator new of a 64-byte object per import: libstdc++'s new calls
+       malloc, the worker's; --where names the C++ function, demangled */
+    result r = heap_run("_pyfini_heap_new", "0", "1", 1);
+    ck_assert_msg(r.status == 1, "exit %d, expected 1 (LEAK)\n%s%s", r.status, tail(r.out), tail(r.err));
+    expect_heap(&r, "new", "LEAK", 64, 80);
+    json_t *where = json_object_get(r.json, "where"), *site;
+    size_t i;
+    int found = 0;
+    json_array_foreach(where, i, site) {
+        if (strcmp(json_string_value(json_object_get(site, "domain")), "heap") != 0) continue;
+        ck_assert_msg(strstr(json_string_value(json_array_get(json_object_get(site, "frames"), 0)),
+                             "pyfini_test::Registry::remember(int)"),
+                      "first heap site is not the demangled pyfini_test::Registry::remember(int):\n%s", tail(r.out));
+        double b = json_number_value(json_object_get(site, "bytes_per_cycle"));
+        ck_assert_msg(b >= 64 && b <= 80, "heap site: %.1f B/cycle", b);
+        found = 1;
+        break;
+    }
+    ck_assert_msg(found, "no heap site in --where:\n%s", tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
+START_TEST(test_heap_realloc)
+{
+    /* a global buffer grown by 100 bytes per import with realloc */
+    result r = heap_run("_pyfini_heap_realloc", "0", "1", 0);
+    ck_assert_msg(r.status == 1, "exit %d, expected 1 (LEAK)\n%s%s", r.status, tail(r.out), tail(r.err));
+    expect_heap(&r, "realloc", "LEAK", 84, 116);
+    free_result(&r);
+}
+END_TEST
+
+START_TEST(test_heap_no_leak)
+{
+    /* a cache that grows for the first 5 imports of the process, then stops:
+       1 import in the warm-up, 4 in the first half of the judged block pairs,
+       none in the second half (the growth stopped: no leak) */
+    result r = heap_run("_pyfini_heap_cache5", "0", "1", 0);
+    expect_heap(&r, "cache5", "no leak", 0, 1000);
+    free_result(&r);
+    /* malloc + free in the same import */
+    r = heap_run("_pyfini_heap_mallocfree", "0", "1", 0);
+    expect_heap(&r, "mallocfree", "no leak", 0, 0);
+    free_result(&r);
+    /* a block allocated in one cycle and freed by the next import */
+    r = heap_run("_pyfini_heap_nextcycle", "0", "1", 0);
+    expect_heap(&r, "nextcycle", "no leak", -1, 1);
+    free_result(&r);
+}
+END_TEST
+
+START_TEST(test_heap_corruption)
+{
+    /* a double free is the subject's corruption: glibc's check aborts the
+       worker in the subject's cycle, the run is a crash (exit 3) */
+    result r = heap_run("_pyfini_heap_doublefree", "0", "0", 0);
+    json_t *c = expect_abort_in_cycle1(&r);
+    const char *out = json_string_value(json_object_get(c, "output_tail"));
+    ck_assert_msg(out && strstr(out, "double free"), "glibc's message not in the worker's output:\n%s", tail(r.out));
     free_result(&r);
 }
 END_TEST
@@ -1234,6 +1356,11 @@ int main(void)
         {"where_subject_creates_interpreter", test_where_subject_creates_interpreter, 120},
         {"json_and_csv", test_json_and_csv, 60},
         {"junit", test_junit, 120},
+        {"heap_malloc200", test_heap_malloc200, 120},
+        {"heap_cxx_new", test_heap_cxx_new, 120},
+        {"heap_realloc", test_heap_realloc, 120},
+        {"heap_no_leak", test_heap_no_leak, 240},
+        {"heap_corruption", test_heap_corruption, 60},
         {"scan_modules", test_scan_modules, 120},
         {"scan_one_module", test_scan_one_module, 60},
         {"scan_missing_module", test_scan_missing_module, 60},

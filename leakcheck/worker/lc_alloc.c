@@ -32,12 +32,27 @@ _Static_assert(sizeof(lc_hdr) == 16, "lc_hdr must keep 16-byte alignment");
 #define LC_F_COUNTED 0x4u   /* counted in the totals */
 #define LC_F_BARE    0x8u   /* site counters: recorded during a bare cycle */
 #define LC_F_OBM     0x10u  /* a pymalloc block of the cycle's interpreter */
+#define LC_F_OWN     0x20u  /* tracemalloc's tables: not counted, here nor in the C-heap meter */
+#define LC_F_SAMPLE  0x40u  /* allocated in the Python-lines pass: a site's sample, not in its counts */
 #define LC_TAG(f)    ((f) >> 8)
 
 static const PyMemAllocatorDomain lc_doms[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
 static PyMemAllocatorEx lc_orig[3];
 static int lc_domain_ids[3] = {LC_DOMAIN_RAW, LC_DOMAIN_MEM, LC_DOMAIN_OBJ};
 static int lc_where;
+
+/* The C-heap meter of the worker (lc_heap.c), when linked: the tool's own
+ * allocations (site tables, tracemalloc's tables) are not counted there. */
+void lc_heap_own_enter(void) __attribute__((weak));
+void lc_heap_own_leave(void) __attribute__((weak));
+static inline void heap_own_enter(void)
+{
+    if (lc_heap_own_enter) lc_heap_own_enter();
+}
+static inline void heap_own_leave(void)
+{
+    if (lc_heap_own_leave) lc_heap_own_leave();
+}
 
 /* Counters, one set per thread that ever allocated: only the owning thread
  * writes its set (no atomic read-modify-write on the hot path, which costs
@@ -53,7 +68,9 @@ static _Thread_local lc_counts *lc_my_counts;
 
 static lc_counts *register_counts(void)
 {
+    heap_own_enter();
     lc_counts *c = calloc(1, sizeof *c);
+    heap_own_leave();
     if (!c) abort();   /* cannot count: better a clear crash than wrong figures */
     c->next = __atomic_load_n(&lc_all_counts, __ATOMIC_ACQUIRE);
     while (!__atomic_compare_exchange_n(&lc_all_counts, &c->next, c, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {}
@@ -78,6 +95,13 @@ static _Thread_local int lc_in_pymalloc;
 static _Thread_local size_t lc_outer_size;     /* the MEM/OBJ request being served */
 static _Thread_local int lc_forwarded;         /* that request went to RAW */
 static _Thread_local unsigned lc_raw_hits;
+
+/* tracemalloc's hooks on this thread (see "tracemalloc's own requests") */
+static _Thread_local int lc_tm_depth, lc_tm_free, lc_tm_first_done;
+/* The return address of the outermost hook: the same return address (into
+ * PyObject_Malloc & co, or their caller) that an untraced request's stack
+ * has right after the counting wrapper's frames. */
+static _Thread_local void *lc_tm_ret;
 
 /* --- attribution sites -------------------------------------------------- */
 typedef struct lc_site {
@@ -138,20 +162,30 @@ static int grow_tables(void)
     return 0;
 }
 
+/* Called with the lock held: the id of the site of that stack (hash h), 0 none. */
+static uint32_t site_find(int domain, void **ip, int n, uint64_t h)
+{
+    if (!lc_index_cap) return 0;
+    uint32_t mask = lc_index_cap - 1;
+    for (uint32_t i = (uint32_t)h & mask; lc_index[i]; i = (i + 1) & mask) {
+        lc_site *s = &lc_sites[lc_index[i] - 1];
+        if (s->hash == h && s->info.domain == domain && s->info.nframes == n
+            && memcmp(s->info.frames, ip, (size_t)n * sizeof(void *)) == 0)
+            return lc_index[i];
+    }
+    return 0;
+}
+
 /* Called with the lock held. Returns the site id or 0 when out of memory. */
 static uint32_t site_lookup(int domain, void **ip, int n)
 {
     uint64_t h = hash_frames(domain, ip, n);
-    if (lc_index_cap) {
-        uint32_t mask = lc_index_cap - 1;
-        for (uint32_t i = (uint32_t)h & mask; lc_index[i]; i = (i + 1) & mask) {
-            lc_site *s = &lc_sites[lc_index[i] - 1];
-            if (s->hash == h && s->info.domain == domain && s->info.nframes == n
-                && memcmp(s->info.frames, ip, (size_t)n * sizeof(void *)) == 0)
-                return lc_index[i];
-        }
-    }
-    if (grow_tables() < 0) return 0;
+    uint32_t found = site_find(domain, ip, n, h);
+    if (found) return found;
+    heap_own_enter();
+    int grown = grow_tables();
+    heap_own_leave();
+    if (grown < 0) return 0;
     lc_site *s = &lc_sites[lc_nsites++];
     memset(s, 0, sizeof *s);
     s->hash = h;
@@ -162,48 +196,105 @@ static uint32_t site_lookup(int domain, void **ip, int n)
     return lc_nsites;
 }
 
+/* A sample: a free slot first, else round robin; a freed sample frees its
+   slot, so blocks that stay (a leak's) accumulate in the slots. */
+static void site_put_sample(lc_site *s, void *sample)
+{
+    int slot = -1;
+    for (int i = 0; i < LC_SAMPLES && slot < 0; i++)
+        if (!s->info.samples[i]) slot = i;
+    if (slot < 0) slot = (int)(s->next_sample++ % LC_SAMPLES);
+    s->info.samples[slot] = sample;
+}
+
+uint32_t lc_alloc_site_add(int domain, void **ip, int n, int64_t bytes, int bare, void *sample)
+{
+    pthread_mutex_lock(&lc_site_lock);
+    uint32_t id = site_lookup(domain, ip, n);
+    if (id) {
+        lc_site *s = &lc_sites[id - 1];
+        s->info.bytes[bare] += bytes;
+        s->info.blocks[bare] += 1;
+        if (!bare && sample) site_put_sample(s, sample);
+    }
+    pthread_mutex_unlock(&lc_site_lock);
+    return id;
+}
+
+void lc_alloc_site_change(uint32_t id, int bare, int64_t dbytes, int64_t dblocks, void *old_ptr, void *now_ptr)
+{
+    pthread_mutex_lock(&lc_site_lock);
+    lc_site *s = &lc_sites[id - 1];
+    s->info.bytes[bare] += dbytes;
+    s->info.blocks[bare] += dblocks;
+    if (old_ptr)
+        for (int i = 0; i < LC_SAMPLES; i++)
+            if (s->info.samples[i] == old_ptr) s->info.samples[i] = now_ptr;
+    pthread_mutex_unlock(&lc_site_lock);
+}
+
+/* The Python-lines pass (recording kind 3): a block allocated at a known
+ * site becomes one of its samples (a free slot first, else round robin);
+ * the site's counts do not change. */
+static uint32_t site_sample(int domain, void **ip, int n, void *sample)
+{
+    pthread_mutex_lock(&lc_site_lock);
+    uint32_t id = site_find(domain, ip, n, hash_frames(domain, ip, n));
+    if (id) site_put_sample(&lc_sites[id - 1], sample);
+    pthread_mutex_unlock(&lc_site_lock);
+    return id;
+}
+
+/* The stack of a traced request (Python-lines pass) as the untraced
+ * request's was: this program's frames (the counting wrapper), then from
+ * the hook's return address on, without tracemalloc's frames between.
+ * Returns the number of frames in out, 0 when the hook's frame is not found. */
+extern const char __executable_start[], etext[];
+static int untraced_stack(void **ip, int n, void **out)
+{
+    int i0 = 0, k = 0;
+    while (i0 < n && (const char *)ip[i0] >= __executable_start && (const char *)ip[i0] < etext) i0++;
+    int j = i0;
+    while (j < n && ip[j] != lc_tm_ret) j++;
+    if (j == n || !lc_tm_ret) return 0;
+    for (int i = 0; i < i0 && k < LC_MAX_FRAMES; i++) out[k++] = ip[i];
+    for (int i = j; i < n && k < LC_MAX_FRAMES; i++) out[k++] = ip[i];
+    return k;
+}
+
+#define LC_TM_FRAMES_MAX 12   /* tracemalloc's frames in a traced request's stack, at most */
+
 static void site_attach(lc_hdr *h, int domain)
 {
     int kind = __atomic_load_n(&lc_recording, __ATOMIC_RELAXED);
     if (!kind) return;
-    void *ip[LC_MAX_FRAMES + 1];
-    int n = unw_backtrace(ip, LC_MAX_FRAMES + 1);
+    void *ip[LC_MAX_FRAMES + 1 + LC_TM_FRAMES_MAX];
+    int n = unw_backtrace(ip, kind == 3 ? LC_MAX_FRAMES + 1 + LC_TM_FRAMES_MAX : LC_MAX_FRAMES + 1);
     if (n <= 1) return;
-    pthread_mutex_lock(&lc_site_lock);
     /* frame 0 is this function's caller inside this file: drop it */
-    uint32_t id = site_lookup(domain, ip + 1, n - 1);
-    if (id) {
-        lc_site *s = &lc_sites[id - 1];
-        int k = kind == 2;
-        s->info.bytes[k] += (int64_t)h->size;
-        s->info.blocks[k] += 1;
-        h->site = id;
-        if (k) h->flags |= LC_F_BARE;
-        /* samples (subject cycles' blocks only, the excess is theirs): a
-           free slot first, else round robin; a freed sample frees its slot,
-           so blocks that stay (a leak's) accumulate in the slots */
+    if (kind == 3) {
+        /* a request from outside tracemalloc's hooks has its stack as is */
+        void *st[LC_MAX_FRAMES];
+        int k = lc_tm_depth > 0 ? untraced_stack(ip + 1, n - 1, st) : 0;
         if (!k) {
-            int slot = -1;
-            for (int i = 0; i < LC_SAMPLES && slot < 0; i++)
-                if (!s->info.samples[i]) slot = i;
-            if (slot < 0) slot = (int)(s->next_sample++ % LC_SAMPLES);
-            s->info.samples[slot] = (void *)(h + 1);
+            k = n - 1 < LC_MAX_FRAMES ? n - 1 : LC_MAX_FRAMES;
+            memcpy(st, ip + 1, (size_t)k * sizeof *st);
         }
+        uint32_t id = site_sample(domain, st, k, h + 1);
+        if (id) h->site = id, h->flags |= LC_F_SAMPLE;
+        return;
     }
-    pthread_mutex_unlock(&lc_site_lock);
+    uint32_t id = lc_alloc_site_add(domain, ip + 1, n - 1, (int64_t)h->size, kind == 2, NULL);
+    if (!id) return;
+    h->site = id;
+    if (kind == 2) h->flags |= LC_F_BARE;
 }
 
 /* A block of the site was freed (now_ptr NULL) or moved by realloc. */
 static void site_adjust(const lc_hdr *h, int64_t dbytes, int64_t dblocks, void *old_ptr, void *now_ptr)
 {
-    pthread_mutex_lock(&lc_site_lock);
-    lc_site *s = &lc_sites[h->site - 1];
-    int k = (h->flags & LC_F_BARE) != 0;
-    s->info.bytes[k] += dbytes;
-    s->info.blocks[k] += dblocks;
-    for (int i = 0; i < LC_SAMPLES; i++)
-        if (s->info.samples[i] == old_ptr) s->info.samples[i] = now_ptr;
-    pthread_mutex_unlock(&lc_site_lock);
+    if (h->flags & LC_F_SAMPLE) dbytes = dblocks = 0;   /* only the sample moves */
+    lc_alloc_site_change(h->site, (h->flags & LC_F_BARE) != 0, dbytes, dblocks, old_ptr, now_ptr);
 }
 
 /* --- obmalloc blocks of one interpreter ---------------------------------- */
@@ -246,7 +337,6 @@ static void obm_untag(lc_hdr *h)
 static int lc_over_tm;
 static PyMemAllocatorEx lc_tm[3];          /* tracemalloc's hooks */
 static _Thread_local int lc_inner_depth;   /* counting wrappers active on this thread */
-static _Thread_local int lc_tm_depth, lc_tm_free, lc_tm_first_done;
 
 static inline int tm_own_request(void)
 {
@@ -263,7 +353,10 @@ static void *account_new(void *raw, size_t n, int domain, int large, int own)
     h->size = n;
     h->site = 0;
     h->flags = (uint32_t)domain;
-    if (own) return h + 1;   /* tracemalloc's tables: never counted */
+    if (own) {   /* tracemalloc's tables: never counted */
+        h->flags |= LC_F_OWN;
+        return h + 1;
+    }
     if (domain == LC_DOMAIN_RAW && lc_in_pymalloc && !lc_forwarded && n >= lc_outer_size
         && n <= lc_outer_size + LC_FORWARD_SLACK) {
         lc_forwarded = 1;
@@ -311,7 +404,9 @@ static void *alloc_new(void *ctx, size_t n, int zero)
     unsigned hits = lc_raw_hits;
     int own = tm_own_request();
     orig_enter(d, n + sizeof(lc_hdr));
+    if (own) heap_own_enter();
     void *p = zero ? o->calloc(o->ctx, 1, n + sizeof(lc_hdr)) : o->malloc(o->ctx, n + sizeof(lc_hdr));
+    if (own) heap_own_leave();
     orig_leave(d);
     if (!p) return NULL;
     return account_new(p, n, d, lc_raw_hits != hits, own);
@@ -341,9 +436,12 @@ static void lc_free(void *ctx, void *ptr)
         if (h->flags & LC_F_OBM) obm_untag(h);
     }
     PyMemAllocatorEx *o = &lc_orig[d];
+    int own = (h->flags & LC_F_OWN) != 0;
     lc_inner_depth++;
     if (d != LC_DOMAIN_RAW) lc_in_pymalloc++;
+    if (own) heap_own_enter();
     o->free(o->ctx, h);
+    if (own) heap_own_leave();
     if (d != LC_DOMAIN_RAW) lc_in_pymalloc--;
     lc_inner_depth--;
 }
@@ -358,8 +456,11 @@ static void *lc_realloc(void *ctx, void *ptr, size_t n)
     PyMemAllocatorEx *o = &lc_orig[d];
     unsigned hits = lc_raw_hits;
     (void)tm_own_request();   /* the block keeps its kind: counted or tracemalloc's */
+    int own = (h->flags & LC_F_OWN) != 0;
     orig_enter(d, n + sizeof(lc_hdr));
+    if (own) heap_own_enter();
     lc_hdr *nh = o->realloc(o->ctx, h, n + sizeof(lc_hdr));
+    if (own) heap_own_leave();
     orig_leave(d);
     if (!nh) return NULL;   /* the old block is untouched */
     nh->size = n;
@@ -388,13 +489,17 @@ void lc_alloc_install(int where)
 /* The outer hooks: mark the extent of one caller request. */
 typedef struct tm_saved {
     int free, first_done;
+    void *ret;
 } tm_saved;
-static inline tm_saved tm_enter(int is_free)
+/* ret: the hook's return address, into the caller of the allocator API (see
+   lc_tm_ret) */
+static inline tm_saved tm_enter(int is_free, void *ret)
 {
-    tm_saved s = {lc_tm_free, lc_tm_first_done};
+    tm_saved s = {lc_tm_free, lc_tm_first_done, lc_tm_ret};
     lc_tm_depth++;
     lc_tm_free = is_free;
     lc_tm_first_done = 0;
+    lc_tm_ret = ret;
     return s;
 }
 static inline void tm_leave(tm_saved s)
@@ -402,11 +507,12 @@ static inline void tm_leave(tm_saved s)
     lc_tm_depth--;
     lc_tm_free = s.free;
     lc_tm_first_done = s.first_done;
+    lc_tm_ret = s.ret;
 }
 static void *lc_tmhook_malloc(void *ctx, size_t n)
 {
     PyMemAllocatorEx *t = &lc_tm[*(int *)ctx];
-    tm_saved s = tm_enter(0);
+    tm_saved s = tm_enter(0, __builtin_return_address(0));
     void *p = t->malloc(t->ctx, n);
     tm_leave(s);
     return p;
@@ -414,7 +520,7 @@ static void *lc_tmhook_malloc(void *ctx, size_t n)
 static void *lc_tmhook_calloc(void *ctx, size_t nelem, size_t elsize)
 {
     PyMemAllocatorEx *t = &lc_tm[*(int *)ctx];
-    tm_saved s = tm_enter(0);
+    tm_saved s = tm_enter(0, __builtin_return_address(0));
     void *p = t->calloc(t->ctx, nelem, elsize);
     tm_leave(s);
     return p;
@@ -422,7 +528,7 @@ static void *lc_tmhook_calloc(void *ctx, size_t nelem, size_t elsize)
 static void *lc_tmhook_realloc(void *ctx, void *ptr, size_t n)
 {
     PyMemAllocatorEx *t = &lc_tm[*(int *)ctx];
-    tm_saved s = tm_enter(0);
+    tm_saved s = tm_enter(0, __builtin_return_address(0));
     void *p = t->realloc(t->ctx, ptr, n);
     tm_leave(s);
     return p;
@@ -430,7 +536,7 @@ static void *lc_tmhook_realloc(void *ctx, void *ptr, size_t n)
 static void lc_tmhook_free(void *ctx, void *ptr)
 {
     PyMemAllocatorEx *t = &lc_tm[*(int *)ctx];
-    tm_saved s = tm_enter(1);
+    tm_saved s = tm_enter(1, __builtin_return_address(0));
     t->free(t->ctx, ptr);
     tm_leave(s);
 }
@@ -480,6 +586,23 @@ int64_t lc_alloc_bytes(void)
     lc_alloc_totals(bytes, blocks);
     for (int d = 0; d < LC_NDOMAINS; d++) sum += bytes[d];
     return sum;
+}
+
+int lc_alloc_heap_class(void)
+{
+    if (lc_inner_depth > 0) return 1;
+    /* tracemalloc's hashtables use malloc() itself (Python/tracemalloc.c:
+       hashtable_new() passes {malloc, free}): within one of its hooks and
+       outside the counting wrappers, a C-heap block is its own */
+    if (lc_tm_depth > 0 && __atomic_load_n(&lc_over_tm, __ATOMIC_RELAXED)) return -1;
+    return 0;
+}
+
+void lc_alloc_samples_reset(void)
+{
+    pthread_mutex_lock(&lc_site_lock);
+    for (uint32_t i = 0; i < lc_nsites; i++) memset(lc_sites[i].info.samples, 0, sizeof lc_sites[i].info.samples);
+    pthread_mutex_unlock(&lc_site_lock);
 }
 
 void lc_alloc_set_recording(int kind)

@@ -21,6 +21,11 @@
  * serving a MEM/OBJ request (arena table, radix-tree arena map nodes). */
 enum { LC_DOMAIN_RAW, LC_DOMAIN_MEM, LC_DOMAIN_OBJ, LC_DOMAIN_OBMALLOC, LC_NDOMAINS };
 
+/* Sites of --where have a domain: one of these, or LC_SITE_HEAP (plain C-heap
+ * blocks, recorded by the worker's C-heap meter, lc_heap.c). */
+#define LC_SITE_HEAP LC_NDOMAINS
+#define LC_NSITE_DOMAINS (LC_NDOMAINS + 1)
+
 /* Install the wrappers. where != 0: also record the allocating call stack
  * of blocks allocated while lc_alloc_set_recording() is on. */
 void lc_alloc_install(int where);
@@ -30,8 +35,12 @@ void lc_alloc_totals(int64_t bytes[LC_NDOMAINS], int64_t blocks[LC_NDOMAINS]);
 /* Live bytes of all domains: each block once, in requested bytes. */
 int64_t lc_alloc_bytes(void);
 
-/* Attribution (only with where): 0 off, 1 record as subject cycle, 2 as bare. */
+/* Attribution (only with where): 0 off, 1 record as subject cycle, 2 as bare,
+ * 3 the Python-lines pass: a block allocated at a site already recorded
+ * becomes one of its samples, the site's counts stay.
+ * lc_alloc_samples_reset() empties every site's samples (before that pass). */
 void lc_alloc_set_recording(int kind);
+void lc_alloc_samples_reset(void);
 
 /* obmalloc blocks of the interpreter created in the current cycle (only with
  * where): lc_alloc_obm_begin(main_interp, tag) before the interpreter is
@@ -39,6 +48,12 @@ void lc_alloc_set_recording(int kind);
  * pymalloc blocks it allocated that are still in use. */
 void lc_alloc_obm_begin(void *main_interp, uint32_t tag);
 int64_t lc_alloc_obm_end(void);
+
+/* What a C-heap block allocated or freed by this thread now is: 1 Python's
+ * (inside a counting wrapper's call into an original allocator), -1 the
+ * tool's own (tracemalloc's tables, allocated with malloc() inside its hooks:
+ * not counted), 0 plain (anything else). */
+int lc_alloc_heap_class(void);
 
 /* The recorded sites: call fn for each site with live bytes. */
 #define LC_MAX_FRAMES 24
@@ -48,13 +63,21 @@ typedef struct lc_site_info {
     int nframes;
     void *frames[LC_MAX_FRAMES];
     int64_t bytes[2], blocks[2];   /* [0] subject cycles, [1] bare cycles */
-    /* up to LC_SAMPLES live blocks of the site allocated in subject cycles
-     * (the pointers Python's allocator API returned; NULL = none): tracemalloc
-     * knows their Python tracebacks */
+    /* up to LC_SAMPLES live blocks of the site allocated in the Python-lines
+     * pass (the pointers Python's allocator API returned; NULL = none):
+     * tracemalloc knows their Python tracebacks */
     void *samples[LC_SAMPLES];
 } lc_site_info;
 typedef void (*lc_site_fn)(uint32_t id, const lc_site_info *info, void *arg);
 void lc_alloc_foreach_site(lc_site_fn fn, void *arg);
+
+/* A block of bytes allocated at the call stack ip[0..n-1] (domain: an
+ * LC_DOMAIN_* or LC_SITE_HEAP), in a bare cycle or not; sample: a pointer
+ * tracemalloc may know, or NULL.  Returns the site id (0: out of memory).
+ * lc_alloc_site_change(): a block of the site changed size or went (dblocks
+ * -1); old_ptr/now_ptr move a sample (NULL: none). */
+uint32_t lc_alloc_site_add(int domain, void **ip, int n, int64_t bytes, int bare, void *sample);
+void lc_alloc_site_change(uint32_t id, int bare, int64_t dbytes, int64_t dblocks, void *old_ptr, void *now_ptr);
 
 /* After tracemalloc has started (it wraps these wrappers): wrap it in turn
  * with pass-through hooks that tell the counting wrappers which requests are

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "lc_alloc.h"
+#include "lc_heap.h"
 #include "lc_util.h"
 #include "worker.h"
 
@@ -234,8 +235,10 @@ static void new_interpreter(const interp_config *c, PyThreadState **ts)
 static int uses_own_obmalloc(const interp_config *c) { return !c->legacy && !c->use_main_obmalloc; }
 
 /* Cycle seq (1-based) at slot sl of the schedule: B record, create the
- * interpreter, run the subject, end it, C (and O) record. */
-static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, const lc_slot *sl)
+ * interpreter, run the subject, end it, C (and O) record.  pass: a cycle of
+ * --where's Python-lines pass instead (no record, not measured; the same
+ * code path, so that the call stacks are those of the judged cycles). */
+static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, const lc_slot *sl, int pass)
 {
     char err[LC_MESSAGE_MAX];
     int64_t v[LC_NVALUES];
@@ -243,12 +246,16 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     lc_cycle_id id = {seq, sl->subject ? 'S' : 'B', sl->round, sl->judged};
     lc_line l;
     lc_enc_begin(&l, &id);
-    wk_emit(&l);
-    wk_stderr_mark(seq);
+    if (!pass) wk_emit(&l), wk_stderr_mark(seq);
     if (q->where) lc_alloc_recheck_tracemalloc();
-    int where_obm = q->where && uses_own_obmalloc(q->config);
+    int where_obm = !pass && q->where && uses_own_obmalloc(q->config);
     if (where_obm) lc_alloc_obm_begin(PyThreadState_GetInterpreter(main_tstate), (uint32_t)seq);
-    if (sl->judged) lc_alloc_set_recording(sl->side == 0 ? 1 : 2);
+    if (pass) {
+        lc_alloc_set_recording(3);
+    } else if (sl->judged) {
+        lc_alloc_set_recording(sl->side == 0 ? 1 : 2);
+        lc_heap_set_recording(sl->side == 0 ? 1 : 2);
+    }
     int64_t t0 = now_ns();
     new_interpreter(q->config, &ts);
     int refused = 0;
@@ -256,6 +263,7 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     Py_EndInterpreter(ts);
     int64_t t1 = now_ns();
     lc_alloc_set_recording(0);
+    lc_heap_set_recording(0);
     int64_t obm = where_obm ? lc_alloc_obm_end() : -1;
     PyThreadState_Swap(main_tstate);
     wk_fds_check();
@@ -264,6 +272,7 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     if (rc < 0)
         wk_fail(LC_ERR_SUBJECT, refused || !q->config->legacy, "the subject failed in cycle %ld (%s interpreter): %s",
                 seq, q->config->name, err);
+    if (pass) return;
     wk_reading(q, v);
     v[LC_V_TIME_NS] = t1 - t0;
     lc_enc_cycle(&l, &id, v);
@@ -362,6 +371,7 @@ static PyThreadState *init_python(const wk_request *q)
             unsetenv(env[i]);
         }
     if (!q->no_wrapper) lc_alloc_install(q->where);
+    if (q->where) lc_heap_where_enable();
 
     PyPreConfig pre;
     PyPreConfig_InitPythonConfig(&pre);
@@ -427,9 +437,18 @@ static void run_cycles(const wk_request *q, PyThreadState *main_tstate)
     lc_enc_reading(&l, v);
     wk_emit(&l);
     lc_schedule s = lc_schedule_make(q->warmup, q->cycles, wk_has_subject(q), q->baseline);
-    for (long i = 0, n = lc_schedule_length(&s); i < n; i++) {
-        lc_slot sl = lc_schedule_at(&s, i);
-        cycle(q, main_tstate, i + 1, &sl);
+    long n = lc_schedule_length(&s);
+    lc_slot sl = {0};
+    /* after the judged cycles, --where's Python-lines pass (LC_PY_PASS_CYCLES
+       subject cycles traced by tracemalloc), through the same call */
+    for (long i = 0; i < n + (q->where ? LC_PY_PASS_CYCLES : 0); i++) {
+        if (i == n) {
+            if (!wk_start_tracemalloc()) break;
+            lc_alloc_samples_reset();
+            sl.subject = wk_has_subject(q);
+        }
+        if (i < n) sl = lc_schedule_at(&s, i);
+        cycle(q, main_tstate, i + 1, &sl, i >= n);
     }
     wk_children_end(lc_schedule_length(&s));
     if (q->where) wk_report_where(&s);
@@ -456,7 +475,6 @@ int main(int argc, char **argv)
                 (q.config->min_hexversion >> 16) & 0xff, PY_VERSION);
     PyThreadState *main_tstate = init_python(&q);
     report_info(&q);
-    if (q.where) wk_start_tracemalloc();
     if (q.list_extensions) {
         wk_list_extensions();
     } else {

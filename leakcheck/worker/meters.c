@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include "lc_alloc.h"
+#include "lc_heap.h"
 #include "lc_meter.h"
 #include "worker.h"
 
@@ -31,7 +32,13 @@ void wk_reading(const wk_request *q, int64_t v[LC_NVALUES])
     v[LC_V_REFS] = total_refcount();
     v[LC_V_RSS] = lc_meter_rss();
     v[LC_V_MALLOC] = lc_meter_malloc();
+    lc_heap_totals heap;
+    lc_heap_read(&heap);
     lc_alloc_totals(bytes, blocks);
+    v[LC_V_HEAP] = heap.bytes;
+    v[LC_V_HEAP_PLAIN] = heap.plain_bytes;
+    v[LC_V_HEAP_BLOCKS] = heap.blocks;
+    if (!lc_heap_available()) v[LC_V_HEAP] = v[LC_V_HEAP_PLAIN] = v[LC_V_HEAP_BLOCKS] = -1;
     v[LC_V_PY_RAW] = bytes[LC_DOMAIN_RAW];
     v[LC_V_PY_MEM] = bytes[LC_DOMAIN_MEM];
     v[LC_V_PY_OBJ] = bytes[LC_DOMAIN_OBJ];
@@ -54,6 +61,9 @@ void wk_meters_report(const wk_request *q)
     static const char no_wrapper[] = "--no-allocator-wrapper: Python's allocators are not wrapped";
     avail("rss", 1, "/proc/self/statm");
     avail("malloc", 1, lc_meter_malloc_how());
+    avail("heap", lc_heap_available(),
+          lc_heap_available() ? "malloc & co interposed by the worker, malloc_usable_size bytes"
+                              : "AddressSanitizer replaces malloc: the worker does not interpose it");
     avail("py", !q->no_wrapper, q->no_wrapper ? no_wrapper : "PyMem_SetAllocator wrapper");
     avail("blocks", !q->no_wrapper, q->no_wrapper ? no_wrapper : "PyMem_SetAllocator wrapper");
     PyObject *g = PySys_GetObject("gettotalrefcount");

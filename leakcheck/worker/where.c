@@ -61,11 +61,12 @@ static int cmp_excess(const void *a, const void *b)
 typedef PyObject *(*lc_get_traceback_fn)(unsigned int domain, uintptr_t ptr);
 static lc_get_traceback_fn py_traceback;
 
-void wk_start_tracemalloc(void)
+int wk_start_tracemalloc(void)
 {
 #if PY_VERSION_HEX < 0x030C0000
     wk_info("where_python", "unavailable on CPython %s: tracemalloc deadlocks in Py_NewInterpreter() "
             "(its PyMem_RawMalloc hook calls PyGILState_Ensure)", PY_VERSION);
+    return 0;
 #elif PY_VERSION_HEX >= 0x030E0000
     /* tracemalloc keeps a reference to the file name (an interned string) of
        every frame it records; an interpreter with its own obmalloc frees its
@@ -78,12 +79,13 @@ void wk_start_tracemalloc(void)
     wk_info("where_python", "unavailable on CPython %s: tracemalloc keeps references to the file names of the "
             "interpreters it traced, and on 3.14+ an interpreter with its own obmalloc frees them when it ends "
             "(the next lookup reads freed memory)", PY_VERSION);
+    return 0;
 #else
     lc_get_traceback_fn fn;
     *(void **)&fn = dlsym(RTLD_DEFAULT, "_PyTraceMalloc_GetTraceback");
     if (!fn) {
         wk_info("where_python", "unavailable: CPython %s does not export _PyTraceMalloc_GetTraceback", PY_VERSION);
-        return;
+        return 0;
     }
     PyObject *m = PyImport_ImportModule("_tracemalloc");
     PyObject *r = m ? PyObject_CallMethod(m, "start", "i", LC_PY_FRAMES) : NULL;
@@ -92,12 +94,14 @@ void wk_start_tracemalloc(void)
         char err[1000];
         wk_describe_exception(err, sizeof err);
         wk_info("where_python", "unavailable: _tracemalloc.start() failed: %s", err);
-        return;
+        return 0;
     }
     Py_DECREF(r);
     lc_alloc_over_tracemalloc();
     py_traceback = fn;
-    wk_info("where_python", "tracemalloc, %d frames", LC_PY_FRAMES);
+    wk_info("where_python", "tracemalloc, %d frames, in %d more cycles after the judged ones (not measured)",
+            LC_PY_FRAMES, LC_PY_PASS_CYCLES);
+    return 1;
 #endif
 }
 
@@ -191,17 +195,45 @@ static void report_python_lines(uint32_t id, const lc_site_info *info)
 }
 
 /* --- C frames -------------------------------------------------------------- */
-/* Allocator entry points are not the interesting frame: skip them. */
+/* Allocator entry points are not the interesting frame: skip them.  C heap:
+ * the worker's own malloc & co (this program), libstdc++'s operator new and
+ * new[] (mangled _Znw*, _Zna*: every variant) and libc's strdup family. */
 static int allocator_frame(const lc_frame *f, const char *self_object)
 {
     static const char *const prefixes[] = {
         "PyMem_RawMalloc", "PyMem_RawCalloc", "PyMem_RawRealloc", "PyMem_Malloc", "PyMem_Calloc",
         "PyMem_Realloc", "PyObject_Malloc", "PyObject_Calloc", "PyObject_Realloc", "_PyMem_",
-        "_PyObject_Malloc", "_PyObject_Calloc", "_PyObject_Realloc", "pymalloc_", "tracemalloc_", NULL};
+        "_PyObject_Malloc", "_PyObject_Calloc", "_PyObject_Realloc", "pymalloc_", "tracemalloc_",
+        "_Znw", "_Zna", "operator new", "__strdup", "__strndup", "strdup", "strndup", NULL};
     if (self_object[0] && strcmp(f->object, self_object) == 0) return 1;
     for (int i = 0; prefixes[i]; i++)
         if (strncmp(f->function, prefixes[i], strlen(prefixes[i])) == 0) return 1;
     return 0;
+}
+
+/* C++ names demangled by libstdc++'s __cxa_demangle (looked up at run time:
+ * loaded whenever a C++ extension module is; else libstdc++.so.6 is opened,
+ * and without it names stay mangled). */
+typedef char *(*lc_demangle_fn)(const char *, char *, size_t *, int *);
+
+static void demangle(char *name, size_t n)
+{
+    static lc_demangle_fn fn;
+    static int tried;
+    if (strncmp(name, "_Z", 2) != 0) return;
+    if (!tried) {
+        tried = 1;
+        *(void **)&fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+        if (!fn) {
+            void *h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+            if (h) *(void **)&fn = dlsym(h, "__cxa_demangle");
+        }
+    }
+    if (!fn) return;
+    int status = -1;
+    char *d = fn(name, NULL, NULL, &status);
+    if (d && status == 0) lc_scopy(name, n, d);
+    free(d);
 }
 
 /* The file name of this program, as libdw names its object. */
@@ -237,6 +269,7 @@ static void report_frames(const site_row *r, const char *self_object)
         lc_symbolise(r->info.frames[j], &f);
         if (skipping && allocator_frame(&f, self_object)) continue;
         skipping = 0;
+        demangle(f.function, sizeof f.function);
         char obj[140] = "", text[1200];
         if (f.object[0]) snprintf(obj, sizeof obj, " [%.127s]", f.object);
         const char *base = strrchr(f.file, '/');
@@ -250,14 +283,14 @@ static void report_frames(const site_row *r, const char *self_object)
 
 void wk_report_where(const lc_schedule *s)
 {
-    static const char *const dom[LC_NDOMAINS] = {"raw", "mem", "obj", "obmalloc"};
+    static const char *const dom[LC_NSITE_DOMAINS] = {"raw", "mem", "obj", "obmalloc", "heap"};
     site_list l = {.sched = s};
     lc_alloc_foreach_site(collect_site, &l);
     qsort(l.rows, l.n, sizeof *l.rows, cmp_excess);
     if (lc_symbols_open() < 0) wk_info("where_symbols", "unavailable: %s", lc_symbols_error());
     char self_object[128];
     self_object_name(self_object, sizeof self_object);
-    int shown[LC_NDOMAINS] = {0};
+    int shown[LC_NSITE_DOMAINS] = {0};
     for (size_t i = 0; i < l.n; i++) {
         site_row *r = &l.rows[i];
         if (shown[r->info.domain]++ >= LC_SITES_PER_DOMAIN) continue;
@@ -265,7 +298,7 @@ void wk_report_where(const lc_schedule *s)
         lc_enc_site(&line, r->id, dom[r->info.domain], r->info.bytes, r->info.blocks);
         wk_emit(&line);
         report_frames(r, self_object);
-        if (py_traceback) report_python_lines(r->id, &r->info);
+        if (py_traceback && r->info.domain != LC_SITE_HEAP) report_python_lines(r->id, &r->info);
     }
     lc_symbols_close();
     free(l.rows);

@@ -48,7 +48,12 @@ void wk_precheck_subject(const wk_request *q);     /* fails with a usage error *
 void wk_list_extensions(void);                     /* X records */
 
 /* where.c */
-void wk_start_tracemalloc(void);
+/* --where's Python lines come from a pass of LC_PY_PASS_CYCLES more cycles
+ * after the judged ones, traced by tracemalloc (started then: tracing every
+ * cycle made --where several times slower); wk_start_tracemalloc() returns
+ * 0 when it is unavailable (an I record says why). */
+#define LC_PY_PASS_CYCLES 2
+int wk_start_tracemalloc(void);
 void wk_report_where(const lc_schedule *s);
 
 #endif
