@@ -424,10 +424,15 @@ START_TEST(test_state_cache_follows_interpreters)
 END_TEST
 
 /* An interpreter that ends without POST_SHUTDOWN (a leaked reference keeps
-   pyfini's registry capsule alive): the next one at
-   its address must not hit its cache entry. Relies on interpreter IDs never
-   being reused within one initialization (PyInterpreterState_GetID). */
-START_TEST(test_state_cache_interp_ended_without_post)
+   pyfini's registry capsule alive; with leak_builtins its builtins dict too,
+   as a leaked function keeps its globals' __builtins__): the next one at its
+   address must not hit the ended one's cache entries. Without the builtins
+   leak the finder's epoch bump already covers it; with it, neither
+   POST_SHUTDOWN nor the finder comes, so only the exit hook's bump (3.13.2+,
+   3.14.0a3+: pyfini__end_hooked) or the interpreter-ID check (older
+   versions; IDs are never reused within one initialization,
+   PyInterpreterState_GetID) keep the old state out. */
+static void ended_interp_never_hits(const char *test, int leak_builtins)
 {
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
@@ -439,6 +444,7 @@ START_TEST(test_state_cache_interp_ended_without_post)
         ck_assert_ptr_nonnull(s);
         ck_assert_int_eq(s->inits, 1);
         s->inits = 1000;                              /* a stale hit would see this */
+        ck_assert_ptr_eq(pyfini_state(&lib_def), s);   /* a hit */
         /* a buggy extension's leak keeps pyfini's registry capsule (whose
            destructor plants POST_SHUTDOWN) alive past the state-dict clear;
            leaking the whole state dict instead trips an assertion in
@@ -446,6 +452,11 @@ START_TEST(test_state_cache_interp_ended_without_post)
         PyObject *cap = PyDict_GetItemString(PyInterpreterState_GetDict(in), PYFINI_REGISTRY_KEY);
         ck_assert_ptr_nonnull(cap);
         Py_INCREF(cap);
+        if (leak_builtins) {
+            PyObject *builtins = PyEval_GetBuiltins();
+            ck_assert_ptr_nonnull(builtins);
+            Py_INCREF(builtins);
+        }
         Py_EndInterpreter(sub);
         PyThreadState_Swap(main_ts);
         PyThreadState *next = new_sub(SUB_LEGACY);
@@ -454,16 +465,125 @@ START_TEST(test_state_cache_interp_ended_without_post)
         ck_assert_ptr_nonnull(n);
         ck_assert_ptr_ne(n, s);
         ck_assert_int_eq(n->inits, 1);
+        ck_assert_ptr_eq(pyfini_state(&lib_def), n);
         Py_EndInterpreter(next);
         PyThreadState_Swap(main_ts);
     }
     if (!reused) {
-        printf("NOTE test_state_cache_interp_ended_without_post on CPython %s: no interpreter was created at an "
-               "ended one's address\n", PY_VERSION);
+        printf("NOTE %s on CPython %s: no interpreter was created at an ended one's address\n",
+               test, PY_VERSION);
+    }
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+
+START_TEST(test_state_cache_interp_ended_without_post)
+{
+    ended_interp_never_hits("test_state_cache_interp_ended_without_post", 0);
+}
+END_TEST
+
+START_TEST(test_state_cache_interp_ended_leaking_builtins)
+{
+    ended_interp_never_hits("test_state_cache_interp_ended_leaking_builtins", 1);
+}
+END_TEST
+
+#if PY_VERSION_HEX >= 0x030D00A1
+/* Pins what the hit table relies on: interpreter_clear() (Python/pystate.c)
+   runs _PyAtExit_Fini() (Modules/atexitmodule.c), i.e. every
+   PyUnstable_AtExit() callback, also when a leak keeps the state dict's and
+   the builtins dict's contents alive; and from 3.13.2 / 3.14.0a3 on
+   (gh-127791) none of three or more is lost. */
+static int exit_hook_ran[4];
+static void count_exit_hook(void *arg) { exit_hook_ran[(intptr_t)arg]++; }
+
+START_TEST(test_pin_PyUnstable_AtExit_runs_whatever_leaked)
+{
+    harness_init();
+    PyThreadState *main_ts = PyThreadState_Get();
+    PyThreadState *sub = new_sub(SUB_LEGACY);
+    PyInterpreterState *in = PyThreadState_GetInterpreter(sub);
+    ck_assert_ptr_nonnull(pyfini_state(&lib_def));
+    for (intptr_t k = 0; k < 4; k++) {
+        ck_assert_int_eq(PyUnstable_AtExit(in, count_exit_hook, (void *)k), 0);
+    }
+    PyObject *cap = PyDict_GetItemString(PyInterpreterState_GetDict(in), PYFINI_REGISTRY_KEY);
+    Py_INCREF(cap);
+    Py_INCREF(PyEval_GetBuiltins());
+    Py_EndInterpreter(sub);
+    PyThreadState_Swap(main_ts);
+    int reliable = pyfini__exit_hook_reliable();
+    printf("NOTE CPython %s: PyUnstable_AtExit callbacks run %d %d %d %d (reliable: %d)\n",
+           PY_VERSION, exit_hook_ran[0], exit_hook_ran[1], exit_hook_ran[2], exit_hook_ran[3],
+           reliable);
+    ck_assert_int_eq(exit_hook_ran[0], 1);   /* the first always (and the newest) */
+    ck_assert_int_eq(exit_hook_ran[3], 1);
+    if (reliable) {
+        ck_assert_int_eq(exit_hook_ran[1], 1);
+        ck_assert_int_eq(exit_hook_ran[2], 1);
+    } else {
+        ck_assert_int_eq(exit_hook_ran[1] + exit_hook_ran[2], 0);   /* gh-127791 */
     }
     ck_assert_int_eq(Py_FinalizeEx(), 0);
 }
 END_TEST
+#endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+/* 8 threads, each in its own own-GIL interpreter, created and ended over and
+   over (new ones land at ended ones' addresses), looking up two states: a
+   lookup only ever returns the state made in the current interpreter. */
+#define RACE_ROUNDS 12
+#define RACE_LOOKUPS 2000
+typedef struct {
+    long owner;   /* 0 when fresh */
+} race_state;
+static const pyfini_state_def race_def_a = {"pyfini.test.race.a", sizeof(race_state), NULL, NULL};
+static const pyfini_state_def race_def_b = {"pyfini.test.race.b", sizeof(race_state), NULL, NULL};
+static int race_bad[NTHREADS];
+
+static void *interp_racer(void *arg)
+{
+    long i = (long)arg;
+    pthread_barrier_wait(&barrier);
+    for (long r = 0; r < RACE_ROUNDS; r++) {
+        PyThreadState *ts = new_sub(SUB_ISOLATED);
+        long me = i * 1000 + r + 1;
+        race_state *a = (race_state *)pyfini_state(&race_def_a);
+        race_state *b = (race_state *)pyfini_state(&race_def_b);
+        race_bad[i] += a == NULL || b == NULL || a == b || a->owner != 0 || b->owner != 0;
+        if (a != NULL && b != NULL) {
+            a->owner = me;
+            b->owner = -me;
+            for (int k = 0; k < RACE_LOOKUPS; k++) {
+                race_state *x = (race_state *)pyfini_state((k & 1) ? &race_def_b : &race_def_a);
+                race_bad[i] += x != ((k & 1) ? b : a) || x->owner != ((k & 1) ? -me : me);
+            }
+        }
+        Py_EndInterpreter(ts);
+    }
+    return NULL;
+}
+
+START_TEST(test_state_own_gil_interpreters_racing)
+{
+    harness_init();
+    PyThreadState *main_ts = PyEval_SaveThread();
+    pthread_t th[NTHREADS];
+    pthread_barrier_init(&barrier, NULL, NTHREADS);
+    for (long i = 0; i < NTHREADS; i++) {
+        ck_assert_int_eq(pthread_create(&th[i], NULL, interp_racer, (void *)i), 0);
+    }
+    for (int i = 0; i < NTHREADS; i++) {
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        ck_assert_int_eq(race_bad[i], 0);
+    }
+    pthread_barrier_destroy(&barrier);
+    PyEval_RestoreThread(main_ts);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+#endif
 
 /* The same for the main interpreter across Py_FinalizeEx + Py_Initialize: it
    comes back at the same address with the same ID 0, so only the epoch bump
@@ -870,6 +990,13 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_state_cache_follows_interpreters);
     tcase_add_test(tc, test_state_cache_interp_ended_without_post);
     tcase_add_test(tc, test_state_cache_reinit_without_post);
+    tcase_add_test(tc, test_state_cache_interp_ended_leaking_builtins);
+#if PY_VERSION_HEX >= 0x030C0000
+    tcase_add_test(tc, test_state_own_gil_interpreters_racing);
+#endif
+#if PY_VERSION_HEX >= 0x030D00A1
+    tcase_add_test(tc, test_pin_PyUnstable_AtExit_runs_whatever_leaked);
+#endif
     tcase_add_test(tc, test_leak_report);
     tcase_add_test(tc, test_leak_report_silenced);
     tcase_add_test_raise_signal(tc, test_abort_on_leak, SIGABRT);
