@@ -249,6 +249,14 @@ static void layouts_and_threads(long n, PyTypeObject *type, const double shared[
            "%.2f and %.2f (%.2fx)  (goal: <= 2x the one-def hit)\n",
            one, eight, eight / one, h[0].ns, h[1].ns,
            (h[0].ns > h[1].ns ? h[0].ns : h[1].ns) / one);
+#ifdef BENCH_HAVE_PYBIND11
+    double pb = bench_pybind11_internals(n);
+    printf("  pybind11 %s detail::get_internals() (real headers, after a sub-interpreter was "
+           "seen): %.2f ns; pyfini hit / pybind11 = %.2fx (goal < 1)\n", "3.x", pb,
+           shared[BENCH_PYFINI] / pb);
+#else
+    printf("  pybind11 3.x: headers not found, not measured\n");
+#endif
     printf("  goals in the shared object: hit - fetch = %.2f ns (<= 1.5), hit / TLS read = %.2fx "
            "(<= 2), state dict / hit = %.1fx (>= 4)\n",
            shared[BENCH_PYFINI] - shared[BENCH_TSTATE], shared[BENCH_PYFINI] / shared[BENCH_TLS],

@@ -45,7 +45,7 @@ static PyThreadState *cpython_tstate(void)
 BENCH_NOINLINE __attribute__((aligned(64), used)) void LOOKUPS_PAD_FN(void);
 BENCH_NOINLINE __attribute__((aligned(64), used)) void LOOKUPS_PAD_FN(void)
 {
-    __asm__ volatile(".skip " BENCH_STR(LOOKUPS_PAD) ", 0xcc");
+    __asm__ volatile(".skip " BENCH_STR(LOOKUPS_PAD) " + 1, 0xcc");
 }
 static BENCH_NOINLINE void *lookup_tls(void) { return tls_state; }
 static BENCH_NOINLINE void *lookup_tstate(void) { return cpython_tstate()->interp; }

@@ -34,4 +34,8 @@ double bench_hits_pad0(long n, int ndefs);
 double bench_hits_pad16(long n, int ndefs);
 double bench_hits_pad32(long n, int ndefs);
 double bench_hits_pad48(long n, int ndefs);
+#ifdef __cplusplus
+extern "C"
+#endif
+double bench_pybind11_internals(long n);
 #endif

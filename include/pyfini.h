@@ -302,12 +302,20 @@ typedef struct pyfini_state_def {
    aside and restored, unless pyfini_state fails with its own.
    Thread state: attached. Borrowed: valid until the interpreter's
    POST_SHUTDOWN (do not keep it across interpreters).
-   Fast path: a per-thread cache of (def, interpreter, interpreter ID, epoch)
-   -> state, no lock; calls into CPython for the thread state and the
-   interpreter ID only (see bench/ for figures). A new interpreter at an
-   ended one's address never hits: its ID differs, and the epoch changes at
-   the POST_SHUTDOWN of every interpreter whose states this copy cached (IDs
-   start again at 0 after Py_FinalizeEx + Py_Initialize).
+   Fast path (inlined into the caller, no lock, no thread-local access):
+   CPython's thread-state fetch, then one entry of a process-wide table of
+   this copy, keyed on (def, interpreter, epoch) and read under a sequence
+   lock; then, out of line, a per-thread cache (8 slots) and the registry.
+   A new interpreter at an ended one's address never hits: the epoch changes
+   at the POST_SHUTDOWN of every interpreter whose states this copy cached,
+   and from the interpreter's exit hook, which CPython runs whatever leaked
+   (PyUnstable_AtExit; interpreter_clear() -> _PyAtExit_Fini()). That hook is
+   relied on from 3.13.2 and 3.14.0a3 (decided at run time); on 3.11, 3.12
+   and 3.13.0-3.13.1 (gh-127791 loses callbacks) a hit also checks the
+   interpreter ID, out of line: slower (see bench/), and after
+   Py_FinalizeEx + Py_Initialize a main interpreter that leaked both its
+   registry and its builtins dict is not told apart there (same address,
+   same ID 0).
    NULL with an exception on failure: TypeError (def or def->name NULL),
    ValueError (size 0 without init; the name already used with another size),
    MemoryError, RuntimeError (called again from its own init; the state was
