@@ -73,7 +73,10 @@
  *   time), a POSIX system with dladdr() (Linux, macOS).
  *
  * CHANGELOG (newest first)
- *   Unreleased  0.1.0  2026-12-01 the header in reading order (sections above);
+ *   Unreleased  0.1.0  2026-12-01 pyfini_state hit: a process-wide seqlock table,
+ *                      inlined; the epoch also bumped from PyUnstable_AtExit
+ *                      (3.13.2+, 3.14.0a3+), elsewhere the ID check stays.
+ *                      the header in reading order (sections above);
  *                      PYFINI_FUNC overridable and PYFINI_DECLS_ONLY; every ABI
  *                      name derived from PYFINI_ABI_VERSION; readers check the
  *                      registry's struct_size (ABI version unchanged: same layout).
