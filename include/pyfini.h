@@ -131,6 +131,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <time.h>
 
 #define PYFINI_VERSION_MAJOR 0
@@ -552,6 +553,9 @@ typedef struct pyfini__hooked {
 } pyfini__hooked;
 PYFINI__UNUSED static pyfini__hooked *pyfini__hooked_list = NULL;
 PYFINI__UNUSED static char pyfini__hooked_lock = 0;
+/* this copy's pthread_atfork() handlers: 0 not yet, 2 being registered,
+   1 registered, -1 failed (pyfini__fork_safe) */
+PYFINI__UNUSED static int pyfini__atfork_state = 0;
 
 /* The root whose Py_AtExit slot this copy registered (at most one copy). */
 PYFINI__UNUSED static pyfini__root *pyfini__atexit_root = NULL;
@@ -2467,7 +2471,11 @@ static void pyfini__end_hook(void *data)
 /* 1 if the end of interp (the current interpreter) bumps pyfini__epoch
    through this copy's exit hook, registering it if needed; 0 if it cannot
    (no reliable hook on this CPython, out of memory, or too late: once
-   finalize_modules() began, _PyAtExit_Fini() may already have run). */
+   finalize_modules() began, _PyAtExit_Fini() may already have run). The
+   spin lock is held only around list links (no call under it), so a fork
+   handler can take it (pyfini__fork_safe). The hook is registered before
+   its node is linked: the interpreter cannot end in between, its thread
+   runs here. */
 static inline int pyfini__end_hooked(PyInterpreterState *interp)
 {
     if (!pyfini__exit_hook_reliable() || !pyfini__state_dict_usable()) {
@@ -2481,21 +2489,81 @@ static inline int pyfini__end_hooked(PyInterpreterState *interp)
     for (pyfini__hooked *n = pyfini__hooked_list; n != NULL && !hooked; n = n->next) {
         hooked = n->interp == interp;   /* a node lives exactly as long as its interpreter */
     }
-    if (!hooked) {
-        pyfini__hooked *node = PYFINI_CAST(pyfini__hooked *,
-                                           PYFINI_CALLOC(1, sizeof(pyfini__hooked)));
-        if (node != NULL && pyfini__exit_hook_add(interp, pyfini__end_hook, node) == 0) {
-            node->interp = interp;
-            node->next = pyfini__hooked_list;
-            pyfini__hooked_list = node;
-            hooked = 1;
-        } else {
-            PYFINI_FREE(node);
-            PyErr_Clear();
+    pyfini__hooked_release();
+    if (hooked) {
+        return 1;
+    }
+    pyfini__hooked *node = PYFINI_CAST(pyfini__hooked *, PYFINI_CALLOC(1, sizeof(pyfini__hooked)));
+    if (node == NULL) {
+        return 0;
+    }
+    node->interp = interp;
+    if (pyfini__exit_hook_add(interp, pyfini__end_hook, node) != 0) {
+        PYFINI_FREE(node);
+        PyErr_Clear();
+        return 0;
+    }
+    pyfini__hooked_acquire();
+    node->next = pyfini__hooked_list;
+    pyfini__hooked_list = node;
+    pyfini__hooked_release();
+    return 1;
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+
+/* A child forked while another thread held pyfini__hooked_lock would spin
+   forever when an interpreter's exit hook runs in it (PyOS_AfterFork_Child()
+   -> _PyInterpreterState_DeleteExceptMain() -> PyInterpreterState_Clear()
+   runs every sub-interpreter's PyUnstable_AtExit callbacks), and an entry a
+   writer held odd at the fork would miss forever. So fork() takes the lock
+   first (the holder only links a node, no call), and the child, the only
+   thread left, releases it and evens out the entries of vanished writers
+   (emptied: their other fields may be half written). A reader never
+   blocks, so nothing else can freeze. glibc drops the handlers when the
+   shared object that registered them is unloaded (__dso_handle). */
+static void pyfini__fork_prepare(void)
+{
+    pyfini__hooked_acquire();
+}
+
+static void pyfini__fork_parent(void)
+{
+    pyfini__hooked_release();
+}
+
+static void pyfini__fork_child(void)
+{
+    for (unsigned i = 0; i < PYFINI__HITS; i++) {
+        pyfini__hit_entry *e = &pyfini__hits[i];
+        uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+        if ((seq & 1) != 0) {
+            PyInterpreterState *no_interp = NULL;
+            const pyfini_state_def *no_def = NULL;
+            __atomic_store_n(&e->interp, no_interp, __ATOMIC_RELAXED);
+            __atomic_store_n(&e->def, no_def, __ATOMIC_RELAXED);
+            __atomic_store_n(&e->seq, seq + 1, __ATOMIC_RELEASE);
         }
     }
     pyfini__hooked_release();
-    return hooked;
+}
+
+/* 1 once this copy's fork handlers are registered (the hit table and the
+   exit hooks are used only then); 0 while another thread registers them or
+   if pthread_atfork() failed (lookups then go through the per-thread
+   cache). Never blocks. */
+static inline int pyfini__fork_safe(void)
+{
+    int s = __atomic_load_n(&pyfini__atfork_state, __ATOMIC_ACQUIRE);
+    if (s == 0) {
+        if (__atomic_compare_exchange_n(&pyfini__atfork_state, &s, 2, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            s = pthread_atfork(pyfini__fork_prepare, pyfini__fork_parent, pyfini__fork_child) == 0
+                    ? 1 : -1;
+            __atomic_store_n(&pyfini__atfork_state, s, __ATOMIC_RELEASE);
+        }
+    }
+    return s == 1;
 }
 
 /* The hit-table entry of (def, interp): defs are a few words apart, and
@@ -2571,7 +2639,7 @@ static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
         c->data = data;
         /* with a reliable exit hook, only under it; elsewhere hits check
            the ID (pyfini__hits_need_id stays 1) */
-        if (reg->phase < PYFINI_USER &&
+        if (reg->phase < PYFINI_USER && pyfini__fork_safe() &&
             (pyfini__end_hooked(interp) || !pyfini__exit_hook_reliable())) {
             pyfini__hit_fill(def, interp, epoch, data, c->interp_id);
         }

@@ -10,7 +10,10 @@
  */
 #include <Python.h>
 #include <check.h>
+#include <sched.h>
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 static long alloc_live;
@@ -585,6 +588,99 @@ START_TEST(test_state_own_gil_interpreters_racing)
 END_TEST
 #endif
 
+/* fork() while another thread holds the write side: the lock of the
+   exit-hook list, and every hit-table entry mid-fill (seq odd). The child
+   must not freeze: an interpreter that ends there runs pyfini's exit hook
+   (PyUnstable_AtExit), which takes the lock, and a lookup fills the table
+   again. The child reports by exit code, under alarm(). No sub-interpreter
+   is alive at the fork: PyOS_AfterFork_Child() ->
+   _PyInterpreterState_DeleteExceptMain() -> PyInterpreterState_Clear()
+   aborts in CPython 3.13.0 on a live one, pyfini or not. */
+static const pyfini_state_def fork_def = {"pyfini.test.fork", 16, NULL, NULL};
+static int fork_holder_ready, fork_done;
+static void *fork_parent_state;
+
+static void *fork_writer(void *arg)
+{
+    (void)arg;
+    pyfini__hooked_acquire();
+    for (unsigned i = 0; i < PYFINI__HITS; i++) {
+        __atomic_add_fetch(&pyfini__hits[i].seq, 1, __ATOMIC_ACQ_REL);   /* odd: mid-fill */
+    }
+    __atomic_store_n(&fork_holder_ready, 1, __ATOMIC_RELEASE);
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    nanosleep(&pause, NULL);   /* fork() waits here (pyfini__fork_prepare) */
+    pyfini__hooked_release();
+    while (!__atomic_load_n(&fork_done, __ATOMIC_ACQUIRE)) {
+        sched_yield();
+    }
+    for (unsigned i = 0; i < PYFINI__HITS; i++) {
+        __atomic_add_fetch(&pyfini__hits[i].seq, 1, __ATOMIC_ACQ_REL);
+    }
+    return NULL;
+}
+
+static int fork_child(void)
+{
+    signal(SIGALRM, SIG_DFL);   /* not Check's timeout handler, which kills the test */
+    alarm(5);
+    PyOS_AfterFork_Child();
+    pyfini__hooked_acquire();   /* free in the child */
+    pyfini__hooked_release();
+    for (unsigned i = 0; i < PYFINI__HITS; i++) {
+        if ((__atomic_load_n(&pyfini__hits[i].seq, __ATOMIC_ACQUIRE) & 1) != 0) {
+            return 3;   /* an entry left mid-fill */
+        }
+    }
+    if (pyfini_state(&fork_def) != fork_parent_state || pyfini_state(&fork_def) != fork_parent_state) {
+        return 4;   /* the state made before the fork */
+    }
+    /* an interpreter that ends in the child: its exit hook takes the lock */
+    PyThreadState *main_ts = PyThreadState_Get();
+    PyThreadState *sub = Py_NewInterpreter();
+    uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
+    if (sub == NULL || pyfini_state(&fork_def) == NULL) {
+        return 6;
+    }
+    Py_EndInterpreter(sub);
+    PyThreadState_Swap(main_ts);
+    if (pyfini__exit_hook_reliable() && __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE) == epoch) {
+        return 7;   /* the exit hook did not run */
+    }
+    return 0;
+}
+
+START_TEST(test_state_fork_while_writer_holds)
+{
+    harness_init();
+    fork_parent_state = pyfini_state(&fork_def);   /* registers the fork handlers */
+    ck_assert_ptr_nonnull(fork_parent_state);
+    ck_assert_int_eq(pyfini__fork_safe(), 1);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, fork_writer, NULL), 0);
+    while (!__atomic_load_n(&fork_holder_ready, __ATOMIC_ACQUIRE)) {
+        sched_yield();
+    }
+    PyOS_BeforeFork();
+    pid_t pid = fork();
+    if (pid == 0) {
+        _exit(fork_child());
+    }
+    PyOS_AfterFork_Parent();
+    __atomic_store_n(&fork_done, 1, __ATOMIC_RELEASE);
+    ck_assert_int_ne(pid, -1);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "child: %s %d (3 entry mid-fill, 4 lookup, 6 new interpreter, "
+                  "7 exit hook not run)",
+                  WIFEXITED(status) ? "exit" : "signal (frozen: SIGALRM)",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+
 /* The same for the main interpreter across Py_FinalizeEx + Py_Initialize: it
    comes back at the same address with the same ID 0, so only the epoch bump
    when its builtins dict dies (the finder sees it) keeps the old state out. */
@@ -991,6 +1087,7 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_state_cache_interp_ended_without_post);
     tcase_add_test(tc, test_state_cache_reinit_without_post);
     tcase_add_test(tc, test_state_cache_interp_ended_leaking_builtins);
+    tcase_add_test(tc, test_state_fork_while_writer_holds);
 #if PY_VERSION_HEX >= 0x030C0000
     tcase_add_test(tc, test_state_own_gil_interpreters_racing);
 #endif
