@@ -75,7 +75,8 @@
  * CHANGELOG (newest first)
  *   Unreleased  0.1.0  2026-12-01 pyfini_state hit: a process-wide seqlock table,
  *                      inlined; the epoch also bumped from PyUnstable_AtExit
- *                      (3.13.2+, 3.14.0a3+), elsewhere the ID check stays.
+ *                      (3.13.2+, 3.14.0a3+), elsewhere the ID check stays;
+                      fork-safe (pthread_atfork). Needs <pthread.h>.
  *                      the header in reading order (sections above);
  *                      PYFINI_FUNC overridable and PYFINI_DECLS_ONLY; every ABI
  *                      name derived from PYFINI_ABI_VERSION; readers check the
@@ -319,7 +320,10 @@ typedef struct pyfini_state_def {
    interpreter ID, out of line: slower (see bench/), and after
    Py_FinalizeEx + Py_Initialize a main interpreter that leaked both its
    registry and its builtins dict is not told apart there (same address,
-   same ID 0).
+   same ID 0). fork() at any moment: pthread_atfork() handlers (registered
+   once per copy, before the table is first used) keep the child from
+   waiting on a lock or an entry that another thread held at the fork; if
+   they cannot be registered, lookups skip the table (per-thread cache).
    NULL with an exception on failure: TypeError (def or def->name NULL),
    ValueError (size 0 without init; the name already used with another size),
    MemoryError, RuntimeError (called again from its own init; the state was
