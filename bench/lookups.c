@@ -34,6 +34,19 @@ static PyThreadState *cpython_tstate(void)
    the loop: the unit a binding library's method pays (a thread-local's
    address, in a shared object a __tls_get_addr call, is computed per call). */
 #define BENCH_NOINLINE __attribute__((noinline))
+#ifndef LOOKUPS_PAD
+#  define LOOKUPS_PAD 0
+#endif
+#define BENCH_STR2(x) #x
+#define BENCH_STR(x) BENCH_STR2(x)
+/* the code layout: LOOKUPS_PAD bytes of a function never called, on a
+   64-byte boundary, move the lookups after it (built without reordering
+   functions, see CMakeLists.txt) */
+BENCH_NOINLINE __attribute__((aligned(64), used)) void LOOKUPS_PAD_FN(void);
+BENCH_NOINLINE __attribute__((aligned(64), used)) void LOOKUPS_PAD_FN(void)
+{
+    __asm__ volatile(".skip " BENCH_STR(LOOKUPS_PAD) " + 1, 0xcc");
+}
 static BENCH_NOINLINE void *lookup_tls(void) { return tls_state; }
 static BENCH_NOINLINE void *lookup_tstate(void) { return cpython_tstate()->interp; }
 static BENCH_NOINLINE void *lookup_pyfini(void) { return pyfini_state(&bench_def); }
@@ -45,6 +58,45 @@ static BENCH_NOINLINE void *lookup_state_dict(PyObject *key)
 static BENCH_NOINLINE void *lookup_module_def(PyTypeObject *type, PyModuleDef *moddef)
 {
     return PyModule_GetState(PyType_GetModuleByDef(type, moddef));
+}
+
+/* 8 defs in turn */
+static const pyfini_state_def bench_defs[8] = {
+    {"pyfini.bench.d0", 8, NULL, NULL}, {"pyfini.bench.d1", 8, NULL, NULL},
+    {"pyfini.bench.d2", 8, NULL, NULL}, {"pyfini.bench.d3", 8, NULL, NULL},
+    {"pyfini.bench.d4", 8, NULL, NULL}, {"pyfini.bench.d5", 8, NULL, NULL},
+    {"pyfini.bench.d6", 8, NULL, NULL}, {"pyfini.bench.d7", 8, NULL, NULL}};
+static BENCH_NOINLINE void *lookup_pyfini_def(const pyfini_state_def *def)
+{
+    return pyfini_state(def);
+}
+
+/* pyfini_state() hits only, ns per lookup (best of 5 runs of n lookups) in
+   the current interpreter: ndefs 1 (one def) or 8 (8 defs in turn); -1 with
+   an exception set */
+double LOOKUPS_HIT_FN(long n, int ndefs)
+{
+    for (int i = 0; i < 8; i++) {
+        if (pyfini_state(&bench_defs[i]) == NULL) {
+            return -1;
+        }
+    }
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = bench_now();
+        if (ndefs == 1) {
+            for (long i = 0; i < n; i++) {
+                sink += (uintptr_t)lookup_pyfini_def(&bench_defs[0]);
+            }
+        } else {
+            for (long i = 0; i < n; i++) {
+                sink += (uintptr_t)lookup_pyfini_def(&bench_defs[i & 7]);
+            }
+        }
+        double dt = bench_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    return best / (double)n * 1e9;
 }
 
 /* ns per lookup, best of 5 runs of n lookups; -1 with an exception set */

@@ -18,4 +18,24 @@ int bench_lookups_program(long n, PyObject *key, PyTypeObject *type, PyModuleDef
                           double ns[BENCH_NKINDS]);
 int bench_lookups_shared(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
                          double ns[BENCH_NKINDS]);
+/* the shared object built at several code layouts (LOOKUPS_PAD bytes) */
+#define BENCH_LAYOUTS 4
+int bench_lookups_pad0(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+                       double ns[BENCH_NKINDS]);
+int bench_lookups_pad16(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+                        double ns[BENCH_NKINDS]);
+int bench_lookups_pad32(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+                        double ns[BENCH_NKINDS]);
+int bench_lookups_pad48(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+                        double ns[BENCH_NKINDS]);
+double bench_hits_program(long n, int ndefs);
+double bench_hits_shared(long n, int ndefs);
+double bench_hits_pad0(long n, int ndefs);
+double bench_hits_pad16(long n, int ndefs);
+double bench_hits_pad32(long n, int ndefs);
+double bench_hits_pad48(long n, int ndefs);
+#ifdef __cplusplus
+extern "C"
+#endif
+double bench_pybind11_internals(long n);
 #endif

@@ -73,7 +73,11 @@
  *   time), a POSIX system with dladdr() (Linux, macOS).
  *
  * CHANGELOG (newest first)
- *   Unreleased  0.1.0  2026-12-01 the header in reading order (sections above);
+ *   Unreleased  0.1.0  2026-12-01 pyfini_state hit: a process-wide seqlock table,
+ *                      inlined; the epoch also bumped from PyUnstable_AtExit
+ *                      (3.13.2+, 3.14.0a3+), elsewhere the ID check stays;
+                      fork-safe (pthread_atfork). Needs <pthread.h>.
+ *                      the header in reading order (sections above);
  *                      PYFINI_FUNC overridable and PYFINI_DECLS_ONLY; every ABI
  *                      name derived from PYFINI_ABI_VERSION; readers check the
  *                      registry's struct_size (ABI version unchanged: same layout).
@@ -116,6 +120,10 @@
 #endif
 #ifndef PYFINI_FUNC
 #  define PYFINI_FUNC static inline
+/* pyfini_state / pyfini_state_find: their hit inlined into the caller */
+#  define PYFINI__HIT_FUNC static PYFINI__ALWAYS_INLINE
+#else
+#  define PYFINI__HIT_FUNC PYFINI_FUNC
 #endif
 
 #include <stddef.h>
@@ -124,6 +132,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <time.h>
 
 #define PYFINI_VERSION_MAJOR 0
@@ -158,9 +167,13 @@ extern "C" {
 #if defined(__GNUC__) || defined(__clang__)
 #  define PYFINI__UNUSED __attribute__((unused))
 #  define PYFINI__NOINLINE __attribute__((noinline))
+#  define PYFINI__ALWAYS_INLINE __attribute__((always_inline)) inline
+#  define PYFINI__UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #  define PYFINI__UNUSED
 #  define PYFINI__NOINLINE
+#  define PYFINI__ALWAYS_INLINE inline
+#  define PYFINI__UNLIKELY(x) (x)
 #endif
 
 /* ======================================================================== */
@@ -294,12 +307,23 @@ typedef struct pyfini_state_def {
    aside and restored, unless pyfini_state fails with its own.
    Thread state: attached. Borrowed: valid until the interpreter's
    POST_SHUTDOWN (do not keep it across interpreters).
-   Fast path: a per-thread cache of (def, interpreter, interpreter ID, epoch)
-   -> state, no lock; calls into CPython for the thread state and the
-   interpreter ID only (see bench/ for figures). A new interpreter at an
-   ended one's address never hits: its ID differs, and the epoch changes at
-   the POST_SHUTDOWN of every interpreter whose states this copy cached (IDs
-   start again at 0 after Py_FinalizeEx + Py_Initialize).
+   Fast path (inlined into the caller, no lock, no thread-local access):
+   CPython's thread-state fetch, then one entry of a process-wide table of
+   this copy, keyed on (def, interpreter, epoch) and read under a sequence
+   lock; then, out of line, a per-thread cache (8 slots) and the registry.
+   A new interpreter at an ended one's address never hits: the epoch changes
+   at the POST_SHUTDOWN of every interpreter whose states this copy cached,
+   and from the interpreter's exit hook, which CPython runs whatever leaked
+   (PyUnstable_AtExit; interpreter_clear() -> _PyAtExit_Fini()). That hook is
+   relied on from 3.13.2 and 3.14.0a3 (decided at run time); on 3.11, 3.12
+   and 3.13.0-3.13.1 (gh-127791 loses callbacks) a hit also checks the
+   interpreter ID, out of line: slower (see bench/), and after
+   Py_FinalizeEx + Py_Initialize a main interpreter that leaked both its
+   registry and its builtins dict is not told apart there (same address,
+   same ID 0). fork() at any moment: pthread_atfork() handlers (registered
+   once per copy, before the table is first used) keep the child from
+   waiting on a lock or an entry that another thread held at the fork; if
+   they cannot be registered, lookups skip the table (per-thread cache).
    NULL with an exception on failure: TypeError (def or def->name NULL),
    ValueError (size 0 without init; the name already used with another size),
    MemoryError, RuntimeError (called again from its own init; the state was
@@ -503,6 +527,39 @@ typedef struct pyfini__cache_slot {
 PYFINI__UNUSED static PYFINI_THREAD_LOCAL pyfini__cache_slot pyfini__cache[PYFINI__CACHE_SLOTS];
 PYFINI__UNUSED static PYFINI_THREAD_LOCAL unsigned pyfini__cache_next = 0;
 PYFINI__UNUSED static uint64_t pyfini__epoch = 1;
+/* The process-wide hit table of this copy, in front of the per-thread
+   cache: no thread-local access and no call on a hit. One entry per hash of
+   (def, interpreter), each under its own sequence lock (seq odd while a
+   writer fills it; a writer that cannot take it skips the fill). Where the
+   end of the entry's interpreter bumps pyfini__epoch through an exit hook
+   that CPython always runs (pyfini__end_hooked), a hit needs no interpreter
+   ID; elsewhere (pyfini__hits_need_id: 3.11, 3.12, 3.13.0-3.13.1) a hit
+   also compares it, out of line. Fields are read and written with
+   __atomic builtins. */
+#define PYFINI__HITS 32
+typedef struct pyfini__hit_entry {
+    uint64_t seq;
+    const pyfini_state_def *def;
+    PyInterpreterState *interp;
+    uint64_t epoch;
+    const char *name;                    /* def->name and def->size when filled */
+    size_t size;
+    void *data;
+    int64_t interp_id;                   /* checked where pyfini__hits_need_id */
+} pyfini__hit_entry;
+PYFINI__UNUSED static pyfini__hit_entry pyfini__hits[PYFINI__HITS];
+PYFINI__UNUSED static int pyfini__hits_need_id = 1;
+/* The interpreters whose exit hook this copy registered (one node each,
+   freed by the hook), under a spin lock: own-GIL interpreters race. */
+typedef struct pyfini__hooked {
+    PyInterpreterState *interp;
+    struct pyfini__hooked *next;
+} pyfini__hooked;
+PYFINI__UNUSED static pyfini__hooked *pyfini__hooked_list = NULL;
+PYFINI__UNUSED static char pyfini__hooked_lock = 0;
+/* this copy's pthread_atfork() handlers: 0 not yet, 2 being registered,
+   1 registered, -1 failed (pyfini__fork_safe) */
+PYFINI__UNUSED static int pyfini__atfork_state = 0;
 
 /* The root whose Py_AtExit slot this copy registered (at most one copy). */
 PYFINI__UNUSED static pyfini__root *pyfini__atexit_root = NULL;
@@ -526,6 +583,42 @@ static inline PyThreadState *pyfini__tstate(void)
 #else
     return _PyThreadState_UncheckedGet();
 #endif
+}
+
+/* The exit hook of an interpreter that CPython ALWAYS runs when the
+   interpreter ends, whatever leaked: interpreter_clear() (Python/pystate.c)
+   calls _PyAtExit_Fini() (Modules/atexitmodule.c) unconditionally, which
+   runs the PyUnstable_AtExit() callbacks, between the state-dict clear and
+   the last GC. PyUnstable_AtExit() is public from 3.13.0a1 (3.12 has the
+   private _Py_AtExit). Up to 3.13.1 (and on every 3.12), a registration
+   overwrote the previous newest callback (gh-127791: only the first and the
+   newest of three or more ran); fixed in 3.13.2 and 3.14.0a3. Decided at
+   run time (Py_Version): an extension built against 3.13.2 headers may run
+   on 3.13.0. 1 if the hook can be relied on. */
+static inline int pyfini__exit_hook_reliable(void)
+{
+#if PY_VERSION_HEX >= 0x030D00A1
+    unsigned long v = (unsigned long)Py_Version;
+    return v >= 0x030E00A3UL || (v >= 0x030D02F0UL && v < 0x030E0000UL);
+#else
+    return 0;   /* 3.11: no C-level exit hook; 3.12: gh-127791 */
+#endif
+}
+
+/* Register func(data) as the current interpreter's exit hook; 0, or -1
+   (an exception may be set) where no reliable hook exists. */
+static inline int pyfini__exit_hook_add(PyInterpreterState *interp, void (*func)(void *),
+                                        void *data)
+{
+#if PY_VERSION_HEX >= 0x030D00A1
+    if (pyfini__exit_hook_reliable()) {
+        return PyUnstable_AtExit(interp, func, data);
+    }
+#endif
+    (void)interp;
+    (void)func;
+    (void)data;
+    return -1;
 }
 
 /* gh-108014 added Py_IsFinalizing() to Python 3.13.0a1; before, it was the
@@ -2349,8 +2442,170 @@ static inline int pyfini__def_check(const pyfini_state_def *def)
     return 0;
 }
 
+/* ---- the exit hooks and the process-wide hit table ------------------------ */
+
+static inline void pyfini__hooked_acquire(void)
+{
+    while (__atomic_test_and_set(&pyfini__hooked_lock, __ATOMIC_ACQUIRE)) {
+    }
+}
+
+static inline void pyfini__hooked_release(void)
+{
+    __atomic_clear(&pyfini__hooked_lock, __ATOMIC_RELEASE);
+}
+
+/* The exit hook (see pyfini__exit_hook_reliable): the interpreter ends, so
+   every entry this copy filled for it (and, harmlessly, for others) goes. */
+static void pyfini__end_hook(void *data)
+{
+    pyfini__hooked *node = PYFINI_CAST(pyfini__hooked *, data);
+    __atomic_add_fetch(&pyfini__epoch, 1, __ATOMIC_SEQ_CST);
+    pyfini__hooked_acquire();
+    for (pyfini__hooked **p = &pyfini__hooked_list; *p != NULL; p = &(*p)->next) {
+        if (*p == node) {
+            *p = node->next;
+            break;
+        }
+    }
+    pyfini__hooked_release();
+    PYFINI_FREE(node);
+}
+
+/* 1 if the end of interp (the current interpreter) bumps pyfini__epoch
+   through this copy's exit hook, registering it if needed; 0 if it cannot
+   (no reliable hook on this CPython, out of memory, or too late: once
+   finalize_modules() began, _PyAtExit_Fini() may already have run). The
+   spin lock is held only around list links (no call under it), so a fork
+   handler can take it (pyfini__fork_safe). The hook is registered before
+   its node is linked: the interpreter cannot end in between, its thread
+   runs here. */
+static inline int pyfini__end_hooked(PyInterpreterState *interp)
+{
+    if (!pyfini__exit_hook_reliable() || !pyfini__state_dict_usable()) {
+        return 0;
+    }
+    /* this CPython's exit hook is reliable: no hit needs the ID (never
+       set back: on this runtime every entry is filled under a hook) */
+    __atomic_store_n(&pyfini__hits_need_id, 0, __ATOMIC_RELAXED);
+    int hooked = 0;
+    pyfini__hooked_acquire();
+    for (pyfini__hooked *n = pyfini__hooked_list; n != NULL && !hooked; n = n->next) {
+        hooked = n->interp == interp;   /* a node lives exactly as long as its interpreter */
+    }
+    pyfini__hooked_release();
+    if (hooked) {
+        return 1;
+    }
+    pyfini__hooked *node = PYFINI_CAST(pyfini__hooked *, PYFINI_CALLOC(1, sizeof(pyfini__hooked)));
+    if (node == NULL) {
+        return 0;
+    }
+    node->interp = interp;
+    if (pyfini__exit_hook_add(interp, pyfini__end_hook, node) != 0) {
+        PYFINI_FREE(node);
+        PyErr_Clear();
+        return 0;
+    }
+    pyfini__hooked_acquire();
+    node->next = pyfini__hooked_list;
+    pyfini__hooked_list = node;
+    pyfini__hooked_release();
+    return 1;
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+
+/* A child forked while another thread held pyfini__hooked_lock would spin
+   forever when an interpreter's exit hook runs in it (PyOS_AfterFork_Child()
+   -> _PyInterpreterState_DeleteExceptMain() -> PyInterpreterState_Clear()
+   runs every sub-interpreter's PyUnstable_AtExit callbacks), and an entry a
+   writer held odd at the fork would miss forever. So fork() takes the lock
+   first (the holder only links a node, no call), and the child, the only
+   thread left, releases it and evens out the entries of vanished writers
+   (emptied: their other fields may be half written). A reader never
+   blocks, so nothing else can freeze. glibc drops the handlers when the
+   shared object that registered them is unloaded (__dso_handle). */
+static void pyfini__fork_prepare(void)
+{
+    pyfini__hooked_acquire();
+}
+
+static void pyfini__fork_parent(void)
+{
+    pyfini__hooked_release();
+}
+
+static void pyfini__fork_child(void)
+{
+    for (unsigned i = 0; i < PYFINI__HITS; i++) {
+        pyfini__hit_entry *e = &pyfini__hits[i];
+        uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+        if ((seq & 1) != 0) {
+            PyInterpreterState *no_interp = NULL;
+            const pyfini_state_def *no_def = NULL;
+            __atomic_store_n(&e->interp, no_interp, __ATOMIC_RELAXED);
+            __atomic_store_n(&e->def, no_def, __ATOMIC_RELAXED);
+            __atomic_store_n(&e->seq, seq + 1, __ATOMIC_RELEASE);
+        }
+    }
+    pyfini__hooked_release();
+}
+
+/* 1 once this copy's fork handlers are registered (the hit table and the
+   exit hooks are used only then); 0 while another thread registers them or
+   if pthread_atfork() failed (lookups then go through the per-thread
+   cache). Never blocks. */
+static inline int pyfini__fork_safe(void)
+{
+    int s = __atomic_load_n(&pyfini__atfork_state, __ATOMIC_ACQUIRE);
+    if (s == 0) {
+        if (__atomic_compare_exchange_n(&pyfini__atfork_state, &s, 2, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            s = pthread_atfork(pyfini__fork_prepare, pyfini__fork_parent, pyfini__fork_child) == 0
+                    ? 1 : -1;
+            __atomic_store_n(&pyfini__atfork_state, s, __ATOMIC_RELEASE);
+        }
+    }
+    return s == 1;
+}
+
+/* The hit-table entry of (def, interp): defs are a few words apart, and
+   interpreters allocated pages apart (the main one is static). */
+static inline unsigned pyfini__hit_index(const pyfini_state_def *def,
+                                         const PyInterpreterState *interp)
+{
+    return (unsigned)(((uintptr_t)def >> 3) ^ ((uintptr_t)interp >> 12)) & (PYFINI__HITS - 1);
+}
+
+/* Fill the entry of (def, interp) (seqlock writer); skipped if another
+   thread is filling it. `epoch`: pyfini__epoch read before data was found;
+   interp_id: PyInterpreterState_GetID(interp). */
+static inline void pyfini__hit_fill(const pyfini_state_def *def, PyInterpreterState *interp,
+                                    uint64_t epoch, void *data, int64_t interp_id)
+{
+    pyfini__hit_entry *e = &pyfini__hits[pyfini__hit_index(def, interp)];
+    uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+    if ((seq & 1) != 0 || !__atomic_compare_exchange_n(&e->seq, &seq, seq + 1, 0,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        return;
+    }
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&e->def, def, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->interp, interp, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->epoch, epoch, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->name, def->name, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->size, def->size, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->data, data, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->interp_id, interp_id, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+/* ---- the per-thread cache and the lookup ----------------------------------- */
+
 /* Look def up through the registry (creating it for mode PYFINI__GET) and
-   fill this thread's cache slot on success. */
+   fill this thread's cache slot (and the hit table, where the interpreter's
+   end is hooked) on success. */
 static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
                                        PyInterpreterState *interp, uint64_t epoch)
 {
@@ -2386,23 +2641,53 @@ static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
         c->name = def->name;
         c->size = def->size;
         c->data = data;
+        /* with a reliable exit hook, only under it; elsewhere hits check
+           the ID (pyfini__hits_need_id stays 1) */
+        if (reg->phase < PYFINI_USER && pyfini__fork_safe() &&
+            (pyfini__end_hooked(interp) || !pyfini__exit_hook_reliable())) {
+            pyfini__hit_fill(def, interp, epoch, data, c->interp_id);
+        }
     }
     return data;
 }
 
-/* The miss path: no thread state, an empty or stale cache slot, or bad
-   input. Kept out of line so that a hit is a few loads in the caller. A
-   pending exception (e.g. in tp_dealloc) is kept aside. */
+/* The miss path of the hit table: no thread state, this thread's cache
+   (checked with the interpreter ID), then the registry. Kept out of line so
+   that a hit is a few loads in the caller. A pending exception (e.g. in
+   tp_dealloc) is kept aside. */
 static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, int mode,
-                                                 PyThreadState *ts, uint64_t epoch)
+                                                 PyThreadState *ts)
 {
     if (ts == NULL) {
         pyfini__fail(NULL, PYFINI__NO_TSTATE);
         return NULL;
     }
+    uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
+    PyInterpreterState *interp = ts->interp;
+    if (def != NULL) {
+        /* A new interpreter at an ended one's address never hits here: its
+           ID differs, and the epoch changes whenever an interpreter whose
+           states this copy cached reaches POST_SHUTDOWN (which also covers
+           Py_FinalizeEx + Py_Initialize, when IDs start again at 0). One
+           that ended without POST_SHUTDOWN (a leak kept pyfini's registry
+           alive) is covered by the ID within one initialization, and across
+           Py_FinalizeEx + Py_Initialize by the epoch bump when its builtins
+           dict is deallocated (pyfini__finder_destructor). */
+        const pyfini__cache_slot *cache = pyfini__cache;
+        for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
+            const pyfini__cache_slot *c = &cache[i];
+            if (c->def == def && c->interp == interp && c->epoch == epoch &&
+                c->name == def->name && c->size == def->size) {
+                if (c->interp_id == PyInterpreterState_GetID(interp)) {
+                    return c->data;
+                }
+                break;   /* at most one slot per (def, interpreter) */
+            }
+        }
+    }
     PyObject *etype, *evalue, *etb;
     PyErr_Fetch(&etype, &evalue, &etb);
-    void *data = pyfini__state_slow(def, mode, ts->interp, epoch);
+    void *data = pyfini__state_slow(def, mode, interp, epoch);
     if (data != NULL || !PyErr_Occurred()) {
         PyErr_Restore(etype, evalue, etb);
     } else {
@@ -2413,40 +2698,59 @@ static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, in
     return data;
 }
 
-static inline void *pyfini__state_access(const pyfini_state_def *def, int mode)
+/* A hit where the exit hook cannot be relied on (pyfini__hits_need_id):
+   also the interpreter ID, which is never reused within one initialization
+   (across Py_FinalizeEx + Py_Initialize the epoch covers it, see
+   pyfini__state_miss). Out of line: the hit itself spills nothing. */
+static PYFINI__NOINLINE void *pyfini__hit_id_checked(const pyfini_state_def *def, int mode,
+                                                     PyThreadState *ts,
+                                                     const pyfini__hit_entry *e, uint64_t seq,
+                                                     void *data)
 {
-    /* fast path: this thread's cache, no lock. The interpreter is read from
-       the (non-limited API) thread-state struct. A new interpreter at an
-       ended one's address never hits: its ID differs, and the epoch changes
-       whenever an interpreter whose states this copy cached reaches
-       POST_SHUTDOWN (which also covers Py_FinalizeEx + Py_Initialize, when
-       IDs start again at 0). An interpreter that ended without POST_SHUTDOWN
-       (a leak kept pyfini's registry alive) is covered by the ID within one
-       initialization, and across Py_FinalizeEx + Py_Initialize by the epoch
-       bump when its builtins dict is deallocated (pyfini__finder_destructor). */
-    PyThreadState *ts = pyfini__tstate();
-    uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
-    if (ts != NULL && def != NULL) {
-        PyInterpreterState *interp = ts->interp;
-        /* one thread-local address computation (a __tls_get_addr call in a
-           shared object) for the whole scan */
-        const pyfini__cache_slot *cache = pyfini__cache, *hit = NULL;
-        for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
-            const pyfini__cache_slot *c = &cache[i];
-            if (c->def == def && c->interp == interp && c->epoch == epoch &&
-                c->name == def->name && c->size == def->size) {
-                hit = c;   /* at most one slot per (def, interpreter) */
-                break;
-            }
-        }
-        /* the one call, outside the scan */
-        if (hit != NULL && hit->interp_id == PyInterpreterState_GetID(interp)) {
-            return hit->data;
-        }
+    int64_t id = __atomic_load_n(&e->interp_id, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (seq == __atomic_load_n(&e->seq, __ATOMIC_RELAXED) &&
+        id == PyInterpreterState_GetID(ts->interp)) {
+        return data;
     }
-    return pyfini__state_miss(def, mode, ts, epoch);
+    return pyfini__state_miss(def, mode, ts);
 }
 
+static PYFINI__ALWAYS_INLINE void *pyfini__state_access(const pyfini_state_def *def, int mode)
+{
+    /* the hit: the process-wide table, no lock, no thread-local, no call
+       but CPython's thread-state fetch. The interpreter is read from the
+       (non-limited API) thread-state struct. A new interpreter at an ended
+       one's address never hits: entries are filled only for interpreters
+       whose end bumps the epoch through the exit hook, whatever leaked
+       (pyfini__end_hooked), or their hits also check the interpreter ID
+       (pyfini__hit_id_checked); POST_SHUTDOWN bumps the epoch too. An
+       empty entry has interp NULL, never a thread state's. */
+    PyThreadState *ts = pyfini__tstate();
+    if (ts != NULL) {
+        PyInterpreterState *interp = ts->interp;
+        const pyfini__hit_entry *e = &pyfini__hits[pyfini__hit_index(def, interp)];
+        /* seqlock reader: a compare that fails on a torn read only misses;
+           one that passes is confirmed by the second read of seq */
+        uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&e->def, __ATOMIC_RELAXED) == def &&
+            __atomic_load_n(&e->interp, __ATOMIC_RELAXED) == interp &&
+            __atomic_load_n(&e->epoch, __ATOMIC_RELAXED) ==
+                __atomic_load_n(&pyfini__epoch, __ATOMIC_RELAXED) &&
+            __atomic_load_n(&e->name, __ATOMIC_RELAXED) == def->name &&
+            __atomic_load_n(&e->size, __ATOMIC_RELAXED) == def->size) {
+            void *data = __atomic_load_n(&e->data, __ATOMIC_RELAXED);
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            if ((seq & 1) == 0 && seq == __atomic_load_n(&e->seq, __ATOMIC_RELAXED)) {
+                if (PYFINI__UNLIKELY(__atomic_load_n(&pyfini__hits_need_id, __ATOMIC_RELAXED))) {
+                    return pyfini__hit_id_checked(def, mode, ts, e, seq, data);
+                }
+                return data;
+            }
+        }
+    }
+    return pyfini__state_miss(def, mode, ts);
+}
 
 /* The operations this copy stores in the registries it creates. */
 static inline void pyfini__registry_set_ops(pyfini__registry *reg)
@@ -2476,12 +2780,12 @@ PYFINI_FUNC const char *pyfini_phase_name(int phase)
     }
 }
 
-PYFINI_FUNC void *pyfini_state(const pyfini_state_def *def)
+PYFINI__HIT_FUNC void *pyfini_state(const pyfini_state_def *def)
 {
     return pyfini__state_access(def, PYFINI__GET);
 }
 
-PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def)
+PYFINI__HIT_FUNC void *pyfini_state_find(const pyfini_state_def *def)
 {
     return pyfini__state_access(def, PYFINI__FIND);
 }

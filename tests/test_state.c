@@ -10,7 +10,10 @@
  */
 #include <Python.h>
 #include <check.h>
+#include <sched.h>
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 static long alloc_live;
@@ -424,10 +427,15 @@ START_TEST(test_state_cache_follows_interpreters)
 END_TEST
 
 /* An interpreter that ends without POST_SHUTDOWN (a leaked reference keeps
-   pyfini's registry capsule alive): the next one at
-   its address must not hit its cache entry. Relies on interpreter IDs never
-   being reused within one initialization (PyInterpreterState_GetID). */
-START_TEST(test_state_cache_interp_ended_without_post)
+   pyfini's registry capsule alive; with leak_builtins its builtins dict too,
+   as a leaked function keeps its globals' __builtins__): the next one at its
+   address must not hit the ended one's cache entries. Without the builtins
+   leak the finder's epoch bump already covers it; with it, neither
+   POST_SHUTDOWN nor the finder comes, so only the exit hook's bump (3.13.2+,
+   3.14.0a3+: pyfini__end_hooked) or the interpreter-ID check (older
+   versions; IDs are never reused within one initialization,
+   PyInterpreterState_GetID) keep the old state out. */
+static void ended_interp_never_hits(const char *test, int leak_builtins)
 {
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
@@ -439,6 +447,7 @@ START_TEST(test_state_cache_interp_ended_without_post)
         ck_assert_ptr_nonnull(s);
         ck_assert_int_eq(s->inits, 1);
         s->inits = 1000;                              /* a stale hit would see this */
+        ck_assert_ptr_eq(pyfini_state(&lib_def), s);   /* a hit */
         /* a buggy extension's leak keeps pyfini's registry capsule (whose
            destructor plants POST_SHUTDOWN) alive past the state-dict clear;
            leaking the whole state dict instead trips an assertion in
@@ -446,6 +455,11 @@ START_TEST(test_state_cache_interp_ended_without_post)
         PyObject *cap = PyDict_GetItemString(PyInterpreterState_GetDict(in), PYFINI_REGISTRY_KEY);
         ck_assert_ptr_nonnull(cap);
         Py_INCREF(cap);
+        if (leak_builtins) {
+            PyObject *builtins = PyEval_GetBuiltins();
+            ck_assert_ptr_nonnull(builtins);
+            Py_INCREF(builtins);
+        }
         Py_EndInterpreter(sub);
         PyThreadState_Swap(main_ts);
         PyThreadState *next = new_sub(SUB_LEGACY);
@@ -454,13 +468,215 @@ START_TEST(test_state_cache_interp_ended_without_post)
         ck_assert_ptr_nonnull(n);
         ck_assert_ptr_ne(n, s);
         ck_assert_int_eq(n->inits, 1);
+        ck_assert_ptr_eq(pyfini_state(&lib_def), n);
         Py_EndInterpreter(next);
         PyThreadState_Swap(main_ts);
     }
     if (!reused) {
-        printf("NOTE test_state_cache_interp_ended_without_post on CPython %s: no interpreter was created at an "
-               "ended one's address\n", PY_VERSION);
+        printf("NOTE %s on CPython %s: no interpreter was created at an ended one's address\n",
+               test, PY_VERSION);
     }
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+
+START_TEST(test_state_cache_interp_ended_without_post)
+{
+    ended_interp_never_hits("test_state_cache_interp_ended_without_post", 0);
+}
+END_TEST
+
+START_TEST(test_state_cache_interp_ended_leaking_builtins)
+{
+    ended_interp_never_hits("test_state_cache_interp_ended_leaking_builtins", 1);
+}
+END_TEST
+
+#if PY_VERSION_HEX >= 0x030D00A1
+/* Pins what the hit table relies on: interpreter_clear() (Python/pystate.c)
+   runs _PyAtExit_Fini() (Modules/atexitmodule.c), i.e. every
+   PyUnstable_AtExit() callback, also when a leak keeps the state dict's and
+   the builtins dict's contents alive; and from 3.13.2 / 3.14.0a3 on
+   (gh-127791) none of three or more is lost. */
+static int exit_hook_ran[4];
+static void count_exit_hook(void *arg) { exit_hook_ran[(intptr_t)arg]++; }
+
+START_TEST(test_pin_PyUnstable_AtExit_runs_whatever_leaked)
+{
+    harness_init();
+    PyThreadState *main_ts = PyThreadState_Get();
+    PyThreadState *sub = new_sub(SUB_LEGACY);
+    PyInterpreterState *in = PyThreadState_GetInterpreter(sub);
+    ck_assert_ptr_nonnull(pyfini_state(&lib_def));
+    for (intptr_t k = 0; k < 4; k++) {
+        ck_assert_int_eq(PyUnstable_AtExit(in, count_exit_hook, (void *)k), 0);
+    }
+    PyObject *cap = PyDict_GetItemString(PyInterpreterState_GetDict(in), PYFINI_REGISTRY_KEY);
+    Py_INCREF(cap);
+    Py_INCREF(PyEval_GetBuiltins());
+    Py_EndInterpreter(sub);
+    PyThreadState_Swap(main_ts);
+    int reliable = pyfini__exit_hook_reliable();
+    printf("NOTE CPython %s: PyUnstable_AtExit callbacks run %d %d %d %d (reliable: %d)\n",
+           PY_VERSION, exit_hook_ran[0], exit_hook_ran[1], exit_hook_ran[2], exit_hook_ran[3],
+           reliable);
+    ck_assert_int_eq(exit_hook_ran[0], 1);   /* the first always (and the newest) */
+    ck_assert_int_eq(exit_hook_ran[3], 1);
+    if (reliable) {
+        ck_assert_int_eq(exit_hook_ran[1], 1);
+        ck_assert_int_eq(exit_hook_ran[2], 1);
+    } else {
+        ck_assert_int_eq(exit_hook_ran[1] + exit_hook_ran[2], 0);   /* gh-127791 */
+    }
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+#endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+/* 8 threads, each in its own own-GIL interpreter, created and ended over and
+   over (new ones land at ended ones' addresses), looking up two states: a
+   lookup only ever returns the state made in the current interpreter. */
+#define RACE_ROUNDS 12
+#define RACE_LOOKUPS 2000
+typedef struct {
+    long owner;   /* 0 when fresh */
+} race_state;
+static const pyfini_state_def race_def_a = {"pyfini.test.race.a", sizeof(race_state), NULL, NULL};
+static const pyfini_state_def race_def_b = {"pyfini.test.race.b", sizeof(race_state), NULL, NULL};
+static int race_bad[NTHREADS];
+
+static void *interp_racer(void *arg)
+{
+    long i = (long)arg;
+    pthread_barrier_wait(&barrier);
+    for (long r = 0; r < RACE_ROUNDS; r++) {
+        PyThreadState *ts = new_sub(SUB_ISOLATED);
+        long me = i * 1000 + r + 1;
+        race_state *a = (race_state *)pyfini_state(&race_def_a);
+        race_state *b = (race_state *)pyfini_state(&race_def_b);
+        race_bad[i] += a == NULL || b == NULL || a == b || a->owner != 0 || b->owner != 0;
+        if (a != NULL && b != NULL) {
+            a->owner = me;
+            b->owner = -me;
+            for (int k = 0; k < RACE_LOOKUPS; k++) {
+                race_state *x = (race_state *)pyfini_state((k & 1) ? &race_def_b : &race_def_a);
+                race_bad[i] += x != ((k & 1) ? b : a) || x->owner != ((k & 1) ? -me : me);
+            }
+        }
+        Py_EndInterpreter(ts);
+    }
+    return NULL;
+}
+
+START_TEST(test_state_own_gil_interpreters_racing)
+{
+    harness_init();
+    PyThreadState *main_ts = PyEval_SaveThread();
+    pthread_t th[NTHREADS];
+    pthread_barrier_init(&barrier, NULL, NTHREADS);
+    for (long i = 0; i < NTHREADS; i++) {
+        ck_assert_int_eq(pthread_create(&th[i], NULL, interp_racer, (void *)i), 0);
+    }
+    for (int i = 0; i < NTHREADS; i++) {
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        ck_assert_int_eq(race_bad[i], 0);
+    }
+    pthread_barrier_destroy(&barrier);
+    PyEval_RestoreThread(main_ts);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+#endif
+
+/* fork() while another thread holds the write side: the lock of the
+   exit-hook list, and every hit-table entry mid-fill (seq odd). The child
+   must not freeze: an interpreter that ends there runs pyfini's exit hook
+   (PyUnstable_AtExit), which takes the lock, and a lookup fills the table
+   again. The child reports by exit code, under alarm(). No sub-interpreter
+   is alive at the fork: PyOS_AfterFork_Child() ->
+   _PyInterpreterState_DeleteExceptMain() -> PyInterpreterState_Clear()
+   aborts in CPython 3.13.0 on a live one, pyfini or not. */
+static const pyfini_state_def fork_def = {"pyfini.test.fork", 16, NULL, NULL};
+static int fork_holder_ready, fork_done;
+static void *fork_parent_state;
+
+static void *fork_writer(void *arg)
+{
+    (void)arg;
+    pyfini__hooked_acquire();
+    for (unsigned i = 0; i < PYFINI__HITS; i++) {
+        __atomic_add_fetch(&pyfini__hits[i].seq, 1, __ATOMIC_ACQ_REL);   /* odd: mid-fill */
+    }
+    __atomic_store_n(&fork_holder_ready, 1, __ATOMIC_RELEASE);
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    nanosleep(&pause, NULL);   /* fork() waits here (pyfini__fork_prepare) */
+    pyfini__hooked_release();
+    while (!__atomic_load_n(&fork_done, __ATOMIC_ACQUIRE)) {
+        sched_yield();
+    }
+    for (unsigned i = 0; i < PYFINI__HITS; i++) {
+        __atomic_add_fetch(&pyfini__hits[i].seq, 1, __ATOMIC_ACQ_REL);
+    }
+    return NULL;
+}
+
+static int fork_child(void)
+{
+    signal(SIGALRM, SIG_DFL);   /* not Check's timeout handler, which kills the test */
+    alarm(5);
+    PyOS_AfterFork_Child();
+    pyfini__hooked_acquire();   /* free in the child */
+    pyfini__hooked_release();
+    for (unsigned i = 0; i < PYFINI__HITS; i++) {
+        if ((__atomic_load_n(&pyfini__hits[i].seq, __ATOMIC_ACQUIRE) & 1) != 0) {
+            return 3;   /* an entry left mid-fill */
+        }
+    }
+    if (pyfini_state(&fork_def) != fork_parent_state || pyfini_state(&fork_def) != fork_parent_state) {
+        return 4;   /* the state made before the fork */
+    }
+    /* an interpreter that ends in the child: its exit hook takes the lock */
+    PyThreadState *main_ts = PyThreadState_Get();
+    PyThreadState *sub = Py_NewInterpreter();
+    uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
+    if (sub == NULL || pyfini_state(&fork_def) == NULL) {
+        return 6;
+    }
+    Py_EndInterpreter(sub);
+    PyThreadState_Swap(main_ts);
+    if (pyfini__exit_hook_reliable() && __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE) == epoch) {
+        return 7;   /* the exit hook did not run */
+    }
+    return 0;
+}
+
+START_TEST(test_state_fork_while_writer_holds)
+{
+    harness_init();
+    fork_parent_state = pyfini_state(&fork_def);   /* registers the fork handlers */
+    ck_assert_ptr_nonnull(fork_parent_state);
+    ck_assert_int_eq(pyfini__fork_safe(), 1);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, fork_writer, NULL), 0);
+    while (!__atomic_load_n(&fork_holder_ready, __ATOMIC_ACQUIRE)) {
+        sched_yield();
+    }
+    PyOS_BeforeFork();
+    pid_t pid = fork();
+    if (pid == 0) {
+        _exit(fork_child());
+    }
+    PyOS_AfterFork_Parent();
+    __atomic_store_n(&fork_done, 1, __ATOMIC_RELEASE);
+    ck_assert_int_ne(pid, -1);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "child: %s %d (3 entry mid-fill, 4 lookup, 6 new interpreter, "
+                  "7 exit hook not run)",
+                  WIFEXITED(status) ? "exit" : "signal (frozen: SIGALRM)",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     ck_assert_int_eq(Py_FinalizeEx(), 0);
 }
 END_TEST
@@ -870,6 +1086,14 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_state_cache_follows_interpreters);
     tcase_add_test(tc, test_state_cache_interp_ended_without_post);
     tcase_add_test(tc, test_state_cache_reinit_without_post);
+    tcase_add_test(tc, test_state_cache_interp_ended_leaking_builtins);
+    tcase_add_test(tc, test_state_fork_while_writer_holds);
+#if PY_VERSION_HEX >= 0x030C0000
+    tcase_add_test(tc, test_state_own_gil_interpreters_racing);
+#endif
+#if PY_VERSION_HEX >= 0x030D00A1
+    tcase_add_test(tc, test_pin_PyUnstable_AtExit_runs_whatever_leaked);
+#endif
     tcase_add_test(tc, test_leak_report);
     tcase_add_test(tc, test_leak_report_silenced);
     tcase_add_test_raise_signal(tc, test_abort_on_leak, SIGABRT);
