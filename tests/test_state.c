@@ -296,32 +296,22 @@ PYFINI__UNUSED static void run_control(void)
     Py_FinalizeEx();
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+static void run_control_halting(void)
+{
+    setenv("ASAN_OPTIONS", "detect_leaks=0:halt_on_error=1", 1);
+    run_control();
+}
+#endif
+
 START_TEST(test_control_capsule_destructor_is_use_after_free)
 {
 #if !defined(__SANITIZE_ADDRESS__)
     SKIP_TEST("needs the AddressSanitizer build to observe the use after free "
               "(make test runs it)");
 #else
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        setenv("ASAN_OPTIONS", "detect_leaks=0:halt_on_error=1", 1);
-        run_control();
-        _exit(0);
-    }
-    close(fds[1]);
     static char out[1 << 16];
-    size_t got = 0;
-    ssize_t n;
-    while (got < sizeof out - 1 && (n = read(fds[0], out + got, sizeof out - 1 - got)) > 0) {
-        got += (size_t)n;
-    }
-    out[got] = '\0';
-    int status;
-    waitpid(pid, &status, 0);
+    int status = run_in_child(run_control_halting, out, sizeof out);
     ck_assert_msg(strstr(out, "heap-use-after-free") != NULL,
                   "ASan did not report the use after free; child said:\n%.4000s", out);
     ck_assert_msg(strstr(out, "node_reads_state") != NULL,
