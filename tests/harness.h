@@ -168,6 +168,24 @@ static inline int count_substr(const char *hay, const char *needle)
     return c;
 }
 
+/* Say (on stdout) that this test process leaks memory on purpose (a
+   "buggy extension" keeping objects alive): tools/stress then does not judge
+   its valgrind "definitely lost" figure (it still judges its errors) and
+   names the test. */
+#define HARNESS_LEAKS_ON_PURPOSE()                                             \
+    do {                                                                      \
+        printf("LEAKS-ON-PURPOSE pid %ld %s\n", (long)getpid(), __func__);    \
+        fflush(stdout);                                                       \
+    } while (0)
+
+/* The cycle count of a long loop: n, or `quick` when PYFINI_TEST_QUICK=1
+   (tools/stress sets it under valgrind, where each cycle costs ~50x). */
+static inline int test_cycles(int n, int quick)
+{
+    const char *q = getenv("PYFINI_TEST_QUICK");
+    return (q != NULL && strcmp(q, "1") == 0) ? quick : n;
+}
+
 /* Run child() in a forked process with its stderr (fd 2) sent to a pipe;
    the child _exit(0)s when child() returns. Fills out (NUL-terminated, at
    most size - 1 bytes) and returns the waitpid() status. For cases that must

@@ -259,9 +259,8 @@ START_TEST(test_threads_started_in_callbacks)
             ck_assert_msg(ev_count(started) == 0 && ev_count(ran) == 0, "%s", ev_text());
         } else {
             ck_assert_msg(ev_count(started) == 1, "%s\n%s", ev_text(), err);
-            if (p == 1) {
-                EV_ORDER(started, ran);
-            }
+            /* PRE: joined by threading._shutdown; USER: not joined, may not run */
+            ck_assert_msg(p == 1 ? ev_count(ran) == 1 : ev_count(ran) <= 1, "%s", ev_text());
         }
 #if PY_VERSION_HEX >= 0x030C0000
         ck_assert_msg(ev_count(refused) == 1, "CPython 3.12+ started a thread in phase %d:\n%s", p,

@@ -419,6 +419,7 @@ END_TEST
    being reused within one initialization (PyInterpreterState_GetID). */
 START_TEST(test_state_cache_interp_ended_without_post)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
     int reused = 0;
@@ -460,6 +461,7 @@ END_TEST
    when its builtins dict dies (the finder sees it) keeps the old state out. */
 START_TEST(test_state_cache_reinit_without_post)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     harness_init();
     lib_state *s = (lib_state *)pyfini_state(&lib_def);
     ck_assert_ptr_nonnull(s);
@@ -495,6 +497,7 @@ static PyObject *leak_many(int n)
 
 START_TEST(test_leak_report)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     stderr_capture_begin();
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
@@ -522,6 +525,7 @@ END_TEST
 
 START_TEST(test_leak_report_silenced)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     stderr_capture_begin();
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
@@ -561,6 +565,7 @@ END_TEST
 
 START_TEST(test_abort_on_leak)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     harness_init();
     fclose(stderr);
     Py_DECREF(leak_many(1));
@@ -814,7 +819,8 @@ START_TEST(test_pin_weakref_freed_after_last_gc)
     harness_init_nosite();
     PyThreadState *main_ts = PyThreadState_Get();
     long long grew[2] = {0, 0};   /* [weak reference freed in POST_SHUTDOWN] */
-    for (int i = 0; i < 30; i++) {
+    int n = test_cycles(30, 13);   /* the first 10 cycles warm up */
+    for (int i = 0; i < n; i++) {
         for (int late = 0; late < 2; late++) {
             long long before = lc_alloc_bytes();
             PyThreadState *sub = new_sub(SUB_LEGACY);
@@ -834,7 +840,7 @@ START_TEST(test_pin_weakref_freed_after_last_gc)
             }
         }
     }
-    long long lost = (grew[1] - grew[0]) / 20;
+    long long lost = (grew[1] - grew[0]) / (n - 10);
     printf("NOTE a weak reference freed in POST_SHUTDOWN instead of before: %lld B more lost per "
            "cycle on CPython %s\n", lost, PY_VERSION);
 #if PY_VERSION_HEX < 0x030C0000
