@@ -2,7 +2,8 @@
  *
  * test_isolated_interpreters_in_threads: 8 threads, each creating, using
  * (callbacks in all four phases, two states, tracking) and ending its own
- * isolated interpreter with its own GIL (CPython 3.12+), over and over for
+ * isolated interpreter with its own GIL (CPython 3.12+; 3.11: legacy
+ * sub-interpreters sharing the one GIL), over and over for
  * PYFINI_THREADS_SECONDS seconds (default 3; `make stress` runs 60).
  * test_race_first_calls: 8 threads of one interpreter racing its first
  * pyfini_state() and pyfini_atexit() calls, in a fresh interpreter each round
@@ -220,35 +221,47 @@ static void thread_fail(const char *what)
     }
 }
 
+/* 3.12+: an isolated interpreter with its own GIL, made by a thread without
+   a thread state. 3.11 has no own GIL: a legacy sub-interpreter made while
+   the thread holds the one GIL (PyGILState_Ensure). */
 #if PY_VERSION_HEX >= 0x030C0000
+#  define WORKER_KIND INTERP_ISOLATED
+#else
+#  define WORKER_KIND INTERP_LEGACY
+#endif
+
 static void *interp_worker(void *unused)
 {
     (void)unused;
     long mine = 0;
     do {
+#if PY_VERSION_HEX < 0x030C0000
+        PyGILState_STATE g = PyGILState_Ensure();
+        PyThreadState *outer = PyThreadState_Get();
+#endif
         PyThreadState *ts = NULL;
-        PyStatus st = interp_config_create(&interp_configs[INTERP_ISOLATED], &ts);
+        PyStatus st = interp_config_create(&interp_configs[WORKER_KIND], &ts);
         if (PyStatus_Exception(st) || ts == NULL) {
-            thread_fail("Py_NewInterpreterFromConfig failed");
+            thread_fail("creating the interpreter failed");
             break;
         }
         if (register_all_phases() < 0 || use_states() < 0) {
             PyErr_Print();
-            thread_fail("use in the isolated interpreter failed");
+            thread_fail("use in the interpreter failed");
         }
         Py_EndInterpreter(ts);
+#if PY_VERSION_HEX < 0x030C0000
+        PyThreadState_Swap(outer);
+        PyGILState_Release(g);
+#endif
         mine++;
         atomic_fetch_add(&cycles_done, 1);
     } while (now_s() < deadline && !atomic_load(&thread_failed));
     return (void *)mine;
 }
-#endif
 
 START_TEST(test_isolated_interpreters_in_threads)
 {
-#if PY_VERSION_HEX < 0x030C0000
-    SKIP_TEST("an interpreter with its own GIL needs CPython 3.12+ (PyInterpreterConfig)");
-#else
     double secs = run_seconds();
     stderr_capture_begin();
     harness_init();
@@ -287,11 +300,13 @@ START_TEST(test_isolated_interpreters_in_threads)
     check_slots();
     ck_assert_msg(strstr(err, "pyfini:") == NULL, "pyfini reported:\n%.4000s", err);
     ck_assert_int_eq(atomic_load(&alloc_live), 0);
-    printf("NOTE %s on CPython %s: threads: %d, %.1f s, %ld isolated interpreters created and "
-           "ended (%ld-%ld per thread)\n",
-           __func__, py_version(), NTHREADS, took, n - 1, min_cycles, max_cycles);
+    printf("NOTE %s on CPython %s: threads: %d, %.1f s, %ld %s created and ended (%ld-%ld per "
+           "thread)\n",
+           __func__, py_version(), NTHREADS, took, n - 1,
+           WORKER_KIND == INTERP_ISOLATED ? "isolated interpreters with their own GIL"
+                                          : "legacy sub-interpreters (3.11: one shared GIL)",
+           min_cycles, max_cycles);
     free(err);
-#endif
 }
 END_TEST
 
@@ -354,16 +369,15 @@ START_TEST(test_race_first_calls)
     race_round();
     long rounds = 1;
     double t0 = now_s();
-#if PY_VERSION_HEX >= 0x030C0000
     PyThreadState *main_ts = PyThreadState_Get();
     do {
-        PyThreadState *ts = new_sub(SUB_ISOLATED);
+        /* 3.11: legacy sub-interpreters, the racers share the one GIL */
+        PyThreadState *ts = new_sub(WORKER_KIND == INTERP_ISOLATED ? SUB_ISOLATED : SUB_LEGACY);
         race_round();
         Py_EndInterpreter(ts);
         PyThreadState_Swap(main_ts);
         rounds++;
     } while (now_s() < t0 + secs);
-#endif
     ck_assert_int_eq(Py_FinalizeEx(), 0);
     char *err = stderr_capture_end();
     ck_assert_int_eq(atomic_load(&inits_b), rounds);
@@ -376,9 +390,9 @@ START_TEST(test_race_first_calls)
     check_slots();
     ck_assert_msg(strstr(err, "pyfini:") == NULL, "pyfini reported:\n%.4000s", err);
     ck_assert_int_eq(atomic_load(&alloc_live), 0);
-    printf("NOTE %s on CPython %s: threads: %d, %ld rounds (the main interpreter%s), %.1f s\n",
+    printf("NOTE %s on CPython %s: threads: %d, %ld rounds (the main interpreter, then %s), %.1f s\n",
            __func__, py_version(), NTHREADS, rounds,
-           PY_VERSION_HEX >= 0x030C0000 ? ", then isolated ones with their own GIL" : " only: 3.11",
+           WORKER_KIND == INTERP_ISOLATED ? "isolated ones with their own GIL" : "legacy ones",
            now_s() - t0);
     free(err);
 }
