@@ -246,7 +246,7 @@ START_TEST(test_threads_started_in_callbacks)
     char *err = stderr_capture_end();
     /* Either the thread starts (and, from PRE_SHUTDOWN, is joined by
        threading._shutdown after the callback) or CPython refuses it, which
-       pyfini reports. CPython 3.12+ refuses both: the interpreter is marked
+       pyfini reports. CPython 3.12 refuses both: the interpreter is marked
        finalizing before threading._shutdown (Python/pylifecycle.c
        Py_FinalizeEx; Modules/_threadmodule.c: "can't create new thread at
        interpreter shutdown"). */
@@ -262,8 +262,10 @@ START_TEST(test_threads_started_in_callbacks)
             /* PRE: joined by threading._shutdown; USER: not joined, may not run */
             ck_assert_msg(p == 1 ? ev_count(ran) == 1 : ev_count(ran) <= 1, "%s", ev_text());
         }
-#if PY_VERSION_HEX >= 0x030C0000
-        ck_assert_msg(ev_count(refused) == 1, "CPython 3.12+ started a thread in phase %d:\n%s", p,
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
+        /* pinned where seen: 3.12 refuses both; 3.14 starts the PRE one
+           again (3.13 and later not pinned: the NOTE below says) */
+        ck_assert_msg(ev_count(refused) == 1, "CPython 3.12 started a thread in phase %d:\n%s", p,
                       ev_text());
 #endif
     }
