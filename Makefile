@@ -4,11 +4,16 @@
 #   make demo-phases  the four phases in the main and an isolated sub-interpreter
 #   make test         the whole suite on every CPython found (plain and ASan+UBSan builds)
 #   make test-matrix  the suite on every host CPython and on the Debian sid CPythons (root; see README)
+#   make stress       valgrind memcheck on the state, error and phase tests and the 60-second
+#                     thread test (tests/test_threads), on one host CPython (STRESS_HOST) and
+#                     one sid CPython (STRESS_SID; needs root for the sid tree); docs/reliability.md
 #   make bench        benchmarks (figures, not pass/fail)
 BUILD ?= build
+STRESS_HOST ?= 3.12
+STRESS_SID  ?= 3.14
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo demo-phases test test-matrix bench deps clean
+.PHONY: all demo demo-phases test test-matrix stress bench deps clean
 
 all: deps
 	cmake -S . -B $(BUILD) >/dev/null
@@ -29,6 +34,11 @@ test: deps
 
 test-matrix: deps
 	tools/test-matrix
+
+# the heavy checks of issue 16 on one representative CPython per tree (CI time)
+stress: deps
+	PYTHON=$(STRESS_HOST) tools/stress
+	tools/sid-tree run PYTHON=$(STRESS_SID) BUILD_ROOT=build/sid tools/stress
 
 bench: all
 	$(BUILD)/bench/bench_state

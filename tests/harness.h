@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "interp_configs.h"
@@ -165,6 +166,55 @@ static inline int count_substr(const char *hay, const char *needle)
         c++;
     }
     return c;
+}
+
+/* Say (on stdout) that this test process leaks memory on purpose (a
+   "buggy extension" keeping objects alive): tools/stress then does not judge
+   its valgrind "definitely lost" figure (it still judges its errors) and
+   names the test. */
+#define HARNESS_LEAKS_ON_PURPOSE()                                             \
+    do {                                                                      \
+        printf("LEAKS-ON-PURPOSE pid %ld %s\n", (long)getpid(), __func__);    \
+        fflush(stdout);                                                       \
+    } while (0)
+
+/* The cycle count of a long loop: n, or `quick` when PYFINI_TEST_QUICK=1
+   (tools/stress sets it under valgrind, where each cycle costs ~50x). */
+static inline int test_cycles(int n, int quick)
+{
+    const char *q = getenv("PYFINI_TEST_QUICK");
+    return (q != NULL && strcmp(q, "1") == 0) ? quick : n;
+}
+
+/* Run child() in a forked process with its stderr (fd 2) sent to a pipe;
+   the child _exit(0)s when child() returns. Fills out (NUL-terminated, at
+   most size - 1 bytes) and returns the waitpid() status. For cases that must
+   crash or abort without ending the test process. */
+static inline int run_in_child(void (*child)(void), char *out, size_t size)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ne(pid, -1);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        child();
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t n;
+    while (got < size - 1 && (n = read(fds[0], out + got, size - 1 - got)) > 0) {
+        got += (size_t)n;
+    }
+    out[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return status;
 }
 
 /* ---------------- the _pyfini_test module -------------------------------- */
@@ -446,9 +496,33 @@ static PyObject *PyInit__pyfini_test(void) { return PyModuleDef_Init(&test_modul
    harness_init_nosite(): also without `site` (and so without .pth files,
    which on some Python installs import modules into every interpreter). */
 static int harness_no_site;
+
+/* PYFINI_TEST_MALLOC=malloc: every CPython allocation goes to malloc()
+   (PYMEM_ALLOCATOR_MALLOC), so that valgrind and ASan see each block rather
+   than obmalloc's arenas. The isolated config below ignores PYTHONMALLOC
+   (PyPreConfig_InitIsolatedConfig: use_environment = 0), hence this variable
+   of the harness's own; it pre-initializes with the isolated pre-config and
+   only the allocator changed. CPython: Python/preconfig.c
+   (_PyPreConfig_Write -> _PyMem_SetupAllocators), Py_PreInitialize. */
+static inline void harness_preinit(void)
+{
+    const char *m = getenv("PYFINI_TEST_MALLOC");
+    if (m == NULL || m[0] == '\0') {
+        return;
+    }
+    ck_assert_msg(strcmp(m, "malloc") == 0, "PYFINI_TEST_MALLOC=%s: only \"malloc\" is known", m);
+    PyPreConfig pre;
+    PyPreConfig_InitIsolatedConfig(&pre);
+    pre.allocator = PYMEM_ALLOCATOR_MALLOC;
+    PyStatus st = Py_PreInitialize(&pre);
+    ck_assert_msg(!PyStatus_Exception(st), "Py_PreInitialize failed: %s",
+                  st.err_msg ? st.err_msg : "?");
+}
+
 static inline void harness_init(void)
 {
     PyImport_AppendInittab("_pyfini_test", PyInit__pyfini_test);
+    harness_preinit();
     PyConfig config;
     PyConfig_InitIsolatedConfig(&config);
     config.install_signal_handlers = 0;

@@ -299,32 +299,22 @@ PYFINI__UNUSED static void run_control(void)
     Py_FinalizeEx();
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+static void run_control_halting(void)
+{
+    setenv("ASAN_OPTIONS", "detect_leaks=0:halt_on_error=1", 1);
+    run_control();
+}
+#endif
+
 START_TEST(test_control_capsule_destructor_is_use_after_free)
 {
 #if !defined(__SANITIZE_ADDRESS__)
     SKIP_TEST("needs the AddressSanitizer build to observe the use after free "
               "(make test runs it)");
 #else
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        setenv("ASAN_OPTIONS", "detect_leaks=0:halt_on_error=1", 1);
-        run_control();
-        _exit(0);
-    }
-    close(fds[1]);
     static char out[1 << 16];
-    size_t got = 0;
-    ssize_t n;
-    while (got < sizeof out - 1 && (n = read(fds[0], out + got, sizeof out - 1 - got)) > 0) {
-        got += (size_t)n;
-    }
-    out[got] = '\0';
-    int status;
-    waitpid(pid, &status, 0);
+    int status = run_in_child(run_control_halting, out, sizeof out);
     ck_assert_msg(strstr(out, "heap-use-after-free") != NULL,
                   "ASan did not report the use after free; child said:\n%.4000s", out);
     ck_assert_msg(strstr(out, "node_reads_state") != NULL,
@@ -437,6 +427,7 @@ END_TEST
    PyInterpreterState_GetID) keep the old state out. */
 static void ended_interp_never_hits(const char *test, int leak_builtins)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
     int reused = 0;
@@ -686,6 +677,7 @@ END_TEST
    when its builtins dict dies (the finder sees it) keeps the old state out. */
 START_TEST(test_state_cache_reinit_without_post)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     harness_init();
     lib_state *s = (lib_state *)pyfini_state(&lib_def);
     ck_assert_ptr_nonnull(s);
@@ -721,6 +713,7 @@ static PyObject *leak_many(int n)
 
 START_TEST(test_leak_report)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     stderr_capture_begin();
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
@@ -748,6 +741,7 @@ END_TEST
 
 START_TEST(test_leak_report_silenced)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     stderr_capture_begin();
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
@@ -787,6 +781,7 @@ END_TEST
 
 START_TEST(test_abort_on_leak)
 {
+    HARNESS_LEAKS_ON_PURPOSE();
     harness_init();
     fclose(stderr);
     Py_DECREF(leak_many(1));
@@ -1040,7 +1035,8 @@ START_TEST(test_pin_weakref_freed_after_last_gc)
     harness_init_nosite();
     PyThreadState *main_ts = PyThreadState_Get();
     long long grew[2] = {0, 0};   /* [weak reference freed in POST_SHUTDOWN] */
-    for (int i = 0; i < 30; i++) {
+    int n = test_cycles(30, 13);   /* the first 10 cycles warm up */
+    for (int i = 0; i < n; i++) {
         for (int late = 0; late < 2; late++) {
             long long before = lc_alloc_bytes();
             PyThreadState *sub = new_sub(SUB_LEGACY);
@@ -1060,7 +1056,7 @@ START_TEST(test_pin_weakref_freed_after_last_gc)
             }
         }
     }
-    long long lost = (grew[1] - grew[0]) / 20;
+    long long lost = (grew[1] - grew[0]) / (n - 10);
     printf("NOTE a weak reference freed in POST_SHUTDOWN instead of before: %lld B more lost per "
            "cycle on CPython %s\n", lost, PY_VERSION);
 #if PY_VERSION_HEX < 0x030C0000
