@@ -213,7 +213,11 @@ typedef enum pyfini_phase {
    once on stderr (phase, interpreter ID, callback address and symbol); the
    remaining callbacks still run. In PRE_SHUTDOWN and USER a callback may also
    fail by leaving a Python exception set (same report; the exception is
-   cleared). */
+   cleared). A callback must return with the thread state it was called
+   with: one that ends its own interpreter (Py_EndInterpreter from USER) or
+   finalizes Python (Py_FinalizeEx from PRE_SHUTDOWN or USER), which CPython
+   does not refuse there, makes pyfini print what happened and abort() -
+   the teardown's thread state is freed by then (tests/test_hostile.c). */
 typedef int (*pyfini_callback)(void *arg);
 
 /* Register func(arg) to run in `phase` of the CURRENT interpreter
@@ -801,20 +805,28 @@ static inline int pyfini__fail_from_exception(const char *what)
         PyErr_Restore(pyfini__et, pyfini__ev, pyfini__etb);                    \
     } while (0)
 
+/* A callback's address, symbol and object file (dladdr; "?" if unknown). */
+static inline void *pyfini__symbol(pyfini_callback func, const char **sym, const char **obj)
+{
+    Dl_info info;
+    void *addr;
+    memset(&info, 0, sizeof info);
+    memcpy(&addr, &func, sizeof addr);   /* a function pointer as data (no ISO C cast) */
+    *sym = *obj = "?";
+    if (dladdr(addr, &info) != 0) {
+        *sym = info.dli_sname ? info.dli_sname : "?";
+        *obj = info.dli_fname ? info.dli_fname : "?";
+    }
+    return addr;
+}
+
 /* Report a failed callback once on stderr. May run without a thread state
    (RUNTIME_SHUTDOWN): then exc_text is NULL and no C API is used. */
 static inline void pyfini__report(int phase, int64_t interp_id, pyfini_callback func,
                                   int rc, const char *exc_text)
 {
-    Dl_info info;
-    const char *sym = NULL, *obj = NULL;
-    void *addr;
-    memset(&info, 0, sizeof info);
-    memcpy(&addr, &func, sizeof addr);   /* a function pointer as data (no ISO C cast) */
-    if (dladdr(addr, &info) != 0) {
-        sym = info.dli_sname;
-        obj = info.dli_fname;
-    }
+    const char *sym, *obj;
+    void *addr = pyfini__symbol(func, &sym, &obj);
     char where[64];
     if (interp_id >= 0) {
         snprintf(where, sizeof where, "interpreter %lld", (long long)interp_id);
@@ -823,8 +835,7 @@ static inline void pyfini__report(int phase, int64_t interp_id, pyfini_callback 
     }
     fprintf(stderr,
             "pyfini: callback %p (%s in %s) failed in phase %s of %s: %s%s%s\n",
-            addr, sym ? sym : "?", obj ? obj : "?",
-            pyfini_phase_name(phase), where,
+            addr, sym, obj, pyfini_phase_name(phase), where,
             exc_text ? "raised " : "returned ",
             exc_text ? exc_text : "",
             exc_text ? "" : (rc == 0 ? "0 with an exception set" : "non-zero"));
@@ -841,7 +852,27 @@ static inline void pyfini__call_with_gil(pyfini__entry *e, int64_t interp_id)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);       /* run with a clean error indicator */
+    PyThreadState *ts = pyfini__tstate();
     int rc = e->func(e->arg);
+    if (pyfini__tstate() != ts) {
+        /* The callback ended its own interpreter (Py_EndInterpreter) or
+           finalized Python (Py_FinalizeEx) - CPython refuses neither from
+           here - or released the GIL or switched thread states without
+           switching back. The thread state this teardown runs in may be
+           freed: nothing can go on safely, so say what happened and stop
+           (as CPython's fatal errors do) instead of crashing later. */
+        const char *sym, *obj;
+        void *addr = pyfini__symbol(e->func, &sym, &obj);
+        fprintf(stderr,
+                "pyfini: callback %p (%s in %s) in phase %s of interpreter %lld returned with "
+                "another thread state attached (%p, was %p): it ended its interpreter, finalized "
+                "Python or switched thread states without switching back; the interpreter's "
+                "teardown cannot go on: aborting\n",
+                addr, sym, obj, pyfini_phase_name(e->phase), (long long)interp_id,
+                (void *)pyfini__tstate(), (void *)ts);
+        fflush(stderr);
+        abort();
+    }
     if (rc != 0 || PyErr_Occurred()) {
         char text[200];
         const char *exc_text = NULL;

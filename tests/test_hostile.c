@@ -464,7 +464,7 @@ END_TEST
    running; Python/pylifecycle.c Py_EndInterpreter). The process aborts with
    that message; pyfini never sees it. (The same call from USER, or
    Py_FinalizeEx() from PRE_SHUTDOWN or USER, is not refused by CPython:
-   docs/reliability.md, "not detected".) */
+   pyfini aborts with its own message, below.) */
 int end_self_cb(void *arg);
 int end_self_cb(void *arg)
 {
@@ -498,6 +498,90 @@ START_TEST(test_end_own_interpreter_in_pre_is_fatal)
 }
 END_TEST
 
+/* ---- a callback that ends its interpreter where CPython lets it ----------
+
+   Py_EndInterpreter() of its own interpreter from USER, and Py_FinalizeEx()
+   from PRE_SHUTDOWN or USER, are not refused by CPython: the nested call
+   finishes and frees the thread state the teardown runs in. pyfini sees the
+   thread state changed when the callback returns (pyfini__call_with_gil)
+   and aborts with a message naming the callback, instead of crashing later
+   in CPython's code on a freed thread state. */
+int end_self_user_cb(void *arg);
+int end_self_user_cb(void *arg)
+{
+    (void)arg;
+    Py_EndInterpreter(PyThreadState_Get());
+    return 0;
+}
+
+int finalize_cb(void *arg);
+int finalize_cb(void *arg)
+{
+    (void)arg;
+    (void)Py_FinalizeEx();
+    return 0;
+}
+
+static void end_self_user_child(void)
+{
+    harness_init();
+    PyThreadState *main_ts = PyThreadState_Get();
+    PyThreadState *sub = new_sub(SUB_LEGACY);
+    if (pyfini_atexit(end_self_user_cb, NULL, PYFINI_USER) < 0) {
+        _exit(3);
+    }
+    Py_EndInterpreter(sub);
+    PyThreadState_Swap(main_ts);
+    _exit(4);
+}
+
+static void finalize_in_pre_child(void)
+{
+    harness_init();
+    if (pyfini_atexit(finalize_cb, NULL, PYFINI_PRE_SHUTDOWN) < 0) {
+        _exit(3);
+    }
+    (void)Py_FinalizeEx();
+    _exit(4);
+}
+
+static void finalize_in_user_child(void)
+{
+    harness_init();
+    if (pyfini_atexit(finalize_cb, NULL, PYFINI_USER) < 0) {
+        _exit(3);
+    }
+    (void)Py_FinalizeEx();
+    _exit(4);
+}
+
+static void assert_aborted_by_pyfini(void (*child)(void), const char *cb, const char *phase)
+{
+    static char out[1 << 16];
+    int status = run_in_child(child, out, sizeof out);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+                  "child did not abort (status 0x%x):\n%.4000s", status, out);
+    char want[160];
+    snprintf(want, sizeof want, "(%s in ", cb);
+    const char *m = strstr(out, want);
+    ck_assert_msg(m != NULL && strstr(m, phase) != NULL &&
+                      strstr(m, "returned with another thread state attached") != NULL,
+                  "no pyfini message naming %s in %s:\n%.4000s", cb, phase, out);
+}
+
+START_TEST(test_end_own_interpreter_in_user_aborts)
+{
+    assert_aborted_by_pyfini(end_self_user_child, "end_self_user_cb", "PYFINI_USER");
+}
+END_TEST
+
+START_TEST(test_finalize_in_callbacks_aborts)
+{
+    assert_aborted_by_pyfini(finalize_in_pre_child, "finalize_cb", "PYFINI_PRE_SHUTDOWN");
+    assert_aborted_by_pyfini(finalize_in_user_child, "finalize_cb", "PYFINI_USER");
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     Suite *s = suite_create("hostile");
@@ -513,6 +597,8 @@ static Suite *hostile_suite(void)
     tcase_add_test(tc, test_python_in_post);
     tcase_add_test(tc, test_end_other_interpreter_from_callback);
     tcase_add_test(tc, test_end_own_interpreter_in_pre_is_fatal);
+    tcase_add_test(tc, test_end_own_interpreter_in_user_aborts);
+    tcase_add_test(tc, test_finalize_in_callbacks_aborts);
     suite_add_tcase(s, tc);
     return s;
 }
