@@ -474,12 +474,18 @@ int end_self_cb(void *arg)
     return 0;
 }
 
-static void end_self_child(void)
+/* The children below register child_cb in child_phase: of a legacy
+   sub-interpreter they then end (sub_child), or of the main interpreter
+   before Py_FinalizeEx() (main_child). */
+static pyfini_callback child_cb;
+static pyfini_phase child_phase;
+
+static void sub_child(void)
 {
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
     PyThreadState *sub = new_sub(SUB_LEGACY);
-    if (pyfini_atexit(end_self_cb, NULL, PYFINI_PRE_SHUTDOWN) < 0) {
+    if (pyfini_atexit(child_cb, NULL, child_phase) < 0) {
         _exit(3);
     }
     Py_EndInterpreter(sub);
@@ -487,10 +493,22 @@ static void end_self_child(void)
     _exit(4);
 }
 
+static void main_child(void)
+{
+    harness_init();
+    if (pyfini_atexit(child_cb, NULL, child_phase) < 0) {
+        _exit(3);
+    }
+    (void)Py_FinalizeEx();
+    _exit(4);
+}
+
 START_TEST(test_end_own_interpreter_in_pre_is_fatal)
 {
     static char out[1 << 16];
-    int status = run_in_child(end_self_child, out, sizeof out);
+    child_cb = end_self_cb;
+    child_phase = PYFINI_PRE_SHUTDOWN;
+    int status = run_in_child(sub_child, out, sizeof out);
     ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
                   "child did not abort (status 0x%x):\n%.4000s", status, out);
     ck_assert_msg(strstr(out, "Py_EndInterpreter: thread still has a frame") != NULL,
@@ -506,14 +524,6 @@ END_TEST
    thread state changed when the callback returns (pyfini__call_with_gil)
    and aborts with a message naming the callback, instead of crashing later
    in CPython's code on a freed thread state. */
-int end_self_user_cb(void *arg);
-int end_self_user_cb(void *arg)
-{
-    (void)arg;
-    Py_EndInterpreter(PyThreadState_Get());
-    return 0;
-}
-
 int finalize_cb(void *arg);
 int finalize_cb(void *arg)
 {
@@ -522,42 +532,12 @@ int finalize_cb(void *arg)
     return 0;
 }
 
-static void end_self_user_child(void)
-{
-    harness_init();
-    PyThreadState *main_ts = PyThreadState_Get();
-    PyThreadState *sub = new_sub(SUB_LEGACY);
-    if (pyfini_atexit(end_self_user_cb, NULL, PYFINI_USER) < 0) {
-        _exit(3);
-    }
-    Py_EndInterpreter(sub);
-    PyThreadState_Swap(main_ts);
-    _exit(4);
-}
-
-static void finalize_in_pre_child(void)
-{
-    harness_init();
-    if (pyfini_atexit(finalize_cb, NULL, PYFINI_PRE_SHUTDOWN) < 0) {
-        _exit(3);
-    }
-    (void)Py_FinalizeEx();
-    _exit(4);
-}
-
-static void finalize_in_user_child(void)
-{
-    harness_init();
-    if (pyfini_atexit(finalize_cb, NULL, PYFINI_USER) < 0) {
-        _exit(3);
-    }
-    (void)Py_FinalizeEx();
-    _exit(4);
-}
-
-static void assert_aborted_by_pyfini(void (*child)(void), const char *cb, const char *phase)
+static void assert_aborted_by_pyfini(void (*child)(void), pyfini_callback cb_fn, const char *cb,
+                                     pyfini_phase phase_no, const char *phase)
 {
     static char out[1 << 16];
+    child_cb = cb_fn;
+    child_phase = phase_no;
     int status = run_in_child(child, out, sizeof out);
     ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
                   "child did not abort (status 0x%x):\n%.4000s", status, out);
@@ -571,14 +551,14 @@ static void assert_aborted_by_pyfini(void (*child)(void), const char *cb, const 
 
 START_TEST(test_end_own_interpreter_in_user_aborts)
 {
-    assert_aborted_by_pyfini(end_self_user_child, "end_self_user_cb", "PYFINI_USER");
+    assert_aborted_by_pyfini(sub_child, end_self_cb, "end_self_cb", PYFINI_USER, "PYFINI_USER");
 }
 END_TEST
 
 START_TEST(test_finalize_in_callbacks_aborts)
 {
-    assert_aborted_by_pyfini(finalize_in_pre_child, "finalize_cb", "PYFINI_PRE_SHUTDOWN");
-    assert_aborted_by_pyfini(finalize_in_user_child, "finalize_cb", "PYFINI_USER");
+    assert_aborted_by_pyfini(main_child, finalize_cb, "finalize_cb", PYFINI_PRE_SHUTDOWN, "PYFINI_PRE_SHUTDOWN");
+    assert_aborted_by_pyfini(main_child, finalize_cb, "finalize_cb", PYFINI_USER, "PYFINI_USER");
 }
 END_TEST
 
