@@ -328,7 +328,7 @@ static void compiler_argv(char **argv, compile_strings *cc, char *inc, char *ld)
         snprintf(cc->srcs[i], PATH_MAX, "%s/%s", layout()->source, worker_files[i]);
         argv[argc++] = cc->srcs[i];
     }
-    snprintf(cc->dynlist, sizeof cc->dynlist, "-Wl,--dynamic-list=%s/worker/lc_heap.dynlist", LC_SOURCE_DIR);
+    snprintf(cc->dynlist, sizeof cc->dynlist, "-Wl,--dynamic-list=%s/worker/lc_heap.dynlist", layout()->source);
     argv[argc++] = cc->dynlist;
     argv[argc++] = "-o";
     argv[argc++] = cc->out_tmp;
