@@ -88,13 +88,17 @@ static void error_cell(scan_cell *c, const lc_run *r)
  * leak report on its stderr, or a LEAK of any bytes meter but RSS (too coarse
  * for a few cycles), py (the sum of its rows) and heap (heap.plain + the
  * C-heap blocks of Python's allocators, which the py rows count in requested
- * bytes) above --max-bytes-per-cycle; no bytes meter judged: "not judged",
- * never "ok". */
+ * bytes) above --max-bytes-per-cycle - malloc (glibc's mallinfo2, noisy
+ * over a few cycles: its free lists) only where the exact C-heap meter did
+ * not judge; no bytes meter judged: "not judged", never "ok". */
 static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
 {
     analysis a;
     lc_analyse(r, &a, q->max_bytes);
     const meter_result *worst = NULL;
+    int heap_exact = 0;
+    for (size_t i = 0; i < LC_NMETERS; i++)
+        if (a.m[i].def->value == LC_V_HEAP_PLAIN && a.m[i].available && a.m[i].judged) heap_exact = 1;
     for (size_t i = 0; i < LC_NMETERS; i++) {
         const meter_result *m = &a.m[i];
         if (!m->def->bytes || m->def->value == LC_V_RSS || !m->available || !m->judged) continue;
@@ -103,6 +107,7 @@ static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
             c->py_per_cycle = m->judged->slope;
         }
         if (m->def->value == LC_V_MALLOC) c->malloc_per_cycle = m->judged->slope;
+        if (m->def->value == LC_V_MALLOC && heap_exact) continue;
         if (m->verdict == LC_LEAK && m->def->value != LC_V_PY && m->def->value != LC_V_HEAP && (!worst || m->judged->slope > worst->judged->slope))
             worst = m;
     }
