@@ -65,6 +65,19 @@
  *       every file that includes pyfini.h. It must work without a thread
  *       state: POST_SHUTDOWN and RUNTIME_SHUTDOWN records are freed after the
  *       C API is gone.
+ *   PYFINI_NO_AUDIT_HOOK
+ *       on CPython 3.11, 3.12 and 3.13.0-3.13.1, do not add the C audit
+ *       hook (PySys_AddAuditHook) through which the end of any interpreter
+ *       bumps this copy's cache epoch. A C audit hook is process-wide: every
+ *       audited event of the process (open(), compile(), sys._getframe(),
+ *       import, ...) then calls it (bench/ measures the cost), and the first
+ *       hook of a process also makes CPython build the event's arguments.
+ *       Without it a pyfini_state() hit there also checks the interpreter
+ *       ID, out of line (slower, see bench/), and after Py_FinalizeEx +
+ *       Py_Initialize a main interpreter that leaked both its registry and
+ *       its builtins dict is not told apart. No effect on 3.13.2+/3.14+
+ *       (PyUnstable_AtExit is used there). Define it alike in every file of
+ *       one copy.
  *   PYFINI_IMPLEMENTATION
  *       accepted, no effect (see above).
  *
@@ -75,8 +88,10 @@
  * CHANGELOG (newest first)
  *   Unreleased  0.1.0  2026-12-01 pyfini_state hit: a process-wide seqlock table,
  *                      inlined; the epoch also bumped from PyUnstable_AtExit
- *                      (3.13.2+, 3.14.0a3+), elsewhere the ID check stays;
-                      fork-safe (pthread_atfork). Needs <pthread.h>.
+ *                      (3.13.2+, 3.14.0a3+), elsewhere from a C audit hook
+ *                      ("cpython.PyInterpreterState_Clear"; the ID check stays
+ *                      if it is vetoed or with PYFINI_NO_AUDIT_HOOK);
+ *                      fork-safe (pthread_atfork). Needs <pthread.h>.
  *                      the header in reading order (sections above);
  *                      PYFINI_FUNC overridable and PYFINI_DECLS_ONLY; every ABI
  *                      name derived from PYFINI_ABI_VERSION; readers check the
@@ -317,13 +332,17 @@ typedef struct pyfini_state_def {
    lock; then, out of line, a per-thread cache (8 slots) and the registry.
    A new interpreter at an ended one's address never hits: the epoch changes
    at the POST_SHUTDOWN of every interpreter whose states this copy cached,
-   and from the interpreter's exit hook, which CPython runs whatever leaked
-   (PyUnstable_AtExit; interpreter_clear() -> _PyAtExit_Fini()). That hook is
-   relied on from 3.13.2 and 3.14.0a3 (decided at run time); on 3.11, 3.12
-   and 3.13.0-3.13.1 (gh-127791 loses callbacks) a hit also checks the
-   interpreter ID, out of line: slower (see bench/), and after
-   Py_FinalizeEx + Py_Initialize a main interpreter that leaked both its
-   registry and its builtins dict is not told apart there (same address,
+   and from a hook that CPython runs whatever leaked: from 3.13.2 and
+   3.14.0a3 the interpreter's exit hook (PyUnstable_AtExit; interpreter_clear()
+   -> _PyAtExit_Fini()), decided at run time; on 3.11, 3.12 and 3.13.0-3.13.1
+   (gh-127791 loses PyUnstable_AtExit callbacks) one process-wide C audit
+   hook per copy (PySys_AddAuditHook, added at the first fill of each
+   runtime initialization; interpreter_clear() raises
+   "cpython.PyInterpreterState_Clear"). Where that hook is vetoed (a hook
+   refusing "sys.addaudithook") or left out (PYFINI_NO_AUDIT_HOOK), a hit
+   also checks the interpreter ID, out of line: slower (see bench/), and
+   after Py_FinalizeEx + Py_Initialize a main interpreter that leaked both
+   its registry and its builtins dict is not told apart there (same address,
    same ID 0). fork() at any moment: pthread_atfork() handlers (registered
    once per copy, before the table is first used) keep the child from
    waiting on a lock or an entry that another thread held at the fork; if
@@ -535,10 +554,12 @@ PYFINI__UNUSED static uint64_t pyfini__epoch = 1;
    cache: no thread-local access and no call on a hit. One entry per hash of
    (def, interpreter), each under its own sequence lock (seq odd while a
    writer fills it; a writer that cannot take it skips the fill). Where the
-   end of the entry's interpreter bumps pyfini__epoch through an exit hook
-   that CPython always runs (pyfini__end_hooked), a hit needs no interpreter
-   ID; elsewhere (pyfini__hits_need_id: 3.11, 3.12, 3.13.0-3.13.1) a hit
-   also compares it, out of line. Fields are read and written with
+   end of the entry's interpreter bumps pyfini__epoch through a hook that
+   CPython always runs (pyfini__end_hooked; on 3.11, 3.12, 3.13.0-3.13.1 the
+   audit hook, pyfini__audit_hooked), a hit needs no interpreter ID;
+   elsewhere (pyfini__hits_need_id: the audit hook vetoed or left out, or
+   between Py_FinalizeEx and the next fill) a hit also compares it, out of
+   line. Fields are read and written with
    __atomic builtins. */
 #define PYFINI__HITS 32
 typedef struct pyfini__hit_entry {
@@ -561,6 +582,17 @@ typedef struct pyfini__hooked {
 } pyfini__hooked;
 PYFINI__UNUSED static pyfini__hooked *pyfini__hooked_list = NULL;
 PYFINI__UNUSED static char pyfini__hooked_lock = 0;
+/* This copy's process-wide C audit hook (pyfini__audit_hooked), where no
+   reliable exit hook exists (3.11, 3.12, 3.13.0-3.13.1): 0 not added in
+   this runtime initialization, 2 being added, 1 added and seen working
+   (hits then skip the ID check), -1 refused (a hook vetoed
+   "sys.addaudithook", or the probe never reached it: the ID check stays). */
+#define PYFINI__AUDIT_NONE 0
+#define PYFINI__AUDIT_ON 1
+#define PYFINI__AUDIT_ADDING 2
+#define PYFINI__AUDIT_REFUSED (-1)
+PYFINI__UNUSED static int pyfini__audit_state = PYFINI__AUDIT_NONE;
+PYFINI__UNUSED static int pyfini__audit_probe_seen = 0;
 /* this copy's pthread_atfork() handlers: 0 not yet, 2 being registered,
    1 registered, -1 failed (pyfini__fork_safe) */
 PYFINI__UNUSED static int pyfini__atfork_state = 0;
@@ -2545,6 +2577,94 @@ static inline int pyfini__end_hooked(PyInterpreterState *interp)
     return 1;
 }
 
+/* Where no reliable exit hook exists (3.11, 3.12, 3.13.0-3.13.1), the C
+   audit hook, which is process-wide and which CPython calls whatever
+   leaked: interpreter_clear() (Python/pystate.c) raises
+   "cpython.PyInterpreterState_Clear" for every interpreter it clears (a
+   sub-interpreter in Py_EndInterpreter, the main one in Py_FinalizeEx, the
+   others in a fork child), after finalize_modules() and so after atexit;
+   then Py_FinalizeEx raises "cpython._PySys_ClearAuditHooks" and removes
+   every C hook (_PySys_ClearAuditHooks(), Python/sysmodule.c). The hook only
+   compares the event name: no Python API, no allocation, no lock. The event
+   of an earlier C hook that fails (returns -1) is not passed on to later
+   ones (sys_audit_tstate()): such a hook, added before pyfini's, hides
+   these events (pinned: tests/test_state.c, test_pin_*_audit_*). */
+#define PYFINI__AUDIT_PROBE "pyfini.audit_hook_probe"
+
+static int pyfini__audit_hook(const char *event, PyObject *args, void *data)
+{
+    (void)args;
+    (void)data;
+    if (event[0] == 'c' && strncmp(event, "cpython.", 8) == 0) {
+        if (strcmp(event + 8, "PyInterpreterState_Clear") == 0) {
+            __atomic_add_fetch(&pyfini__epoch, 1, __ATOMIC_SEQ_CST);
+        } else if (strcmp(event + 8, "_PySys_ClearAuditHooks") == 0) {
+            /* this hook is removed next: hits check the ID again until the
+               next fill after Py_Initialize adds it again */
+            __atomic_store_n(&pyfini__hits_need_id, 1, __ATOMIC_SEQ_CST);
+            __atomic_add_fetch(&pyfini__epoch, 1, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&pyfini__audit_state, PYFINI__AUDIT_NONE, __ATOMIC_RELEASE);
+        }
+    } else if (event[0] == 'p' && strcmp(event, PYFINI__AUDIT_PROBE) == 0) {
+        __atomic_store_n(&pyfini__audit_probe_seen, 1, __ATOMIC_RELAXED);
+    }
+    return 0;
+}
+
+/* Add this copy's audit hook once per runtime initialization (GIL held, no
+   exception set); 1 if it is in place. PySys_AddAuditHook() returns 0
+   WITHOUT adding it when an existing hook vetoes "sys.addaudithook" with a
+   RuntimeError, so the hook counts only once it saw a probe event
+   (PySys_Audit) - any copy's probe proves this copy's hook is in the list.
+   Once it counts, the epoch is bumped first (entries filled while no hook
+   watched, e.g. by another thread meanwhile, miss), then hits skip the ID
+   check (release: a hit reads pyfini__hits_need_id before the epoch). A
+   refusal is final: the ID check stays. With PYFINI_NO_AUDIT_HOOK: 0. */
+static inline int pyfini__audit_hooked(void)
+{
+#ifdef PYFINI_NO_AUDIT_HOOK
+    return 0;
+#else
+    int s = __atomic_load_n(&pyfini__audit_state, __ATOMIC_ACQUIRE);
+    if (s != PYFINI__AUDIT_NONE ||
+        !__atomic_compare_exchange_n(&pyfini__audit_state, &s, PYFINI__AUDIT_ADDING, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        return s == PYFINI__AUDIT_ON;
+    }
+    __atomic_store_n(&pyfini__audit_probe_seen, 0, __ATOMIC_RELAXED);
+    /* Python audit hooks run in both calls and may release the GIL */
+    if (PySys_AddAuditHook(pyfini__audit_hook, NULL) == 0) {
+        (void)PySys_Audit(PYFINI__AUDIT_PROBE, NULL);
+    }
+    PyErr_Clear();
+    int on = __atomic_load_n(&pyfini__audit_probe_seen, __ATOMIC_RELAXED);
+    if (on) {
+        __atomic_add_fetch(&pyfini__epoch, 1, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&pyfini__hits_need_id, 0, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&pyfini__audit_state, on ? PYFINI__AUDIT_ON : PYFINI__AUDIT_REFUSED,
+                     __ATOMIC_RELEASE);
+    return on;
+#endif
+}
+
+/* May the hit table get an entry for interp (the current interpreter) now?
+   With a reliable exit hook, only under it (pyfini__end_hooked). Elsewhere
+   the audit hook is added first (pyfini__audit_hooked; hits skip the ID
+   check once it is in place, else they check it), and then only while
+   sys.modules is a dict: the interpreter's "cpython.PyInterpreterState_Clear"
+   comes after finalize_modules() replaced it with None, so no entry is
+   filled for an interpreter whose event has passed - also from a registry
+   made after atexit (whose phase is still below USER). */
+static inline int pyfini__hit_guarded(PyInterpreterState *interp)
+{
+    if (pyfini__exit_hook_reliable()) {
+        return pyfini__end_hooked(interp);
+    }
+    (void)pyfini__audit_hooked();
+    return pyfini__state_dict_usable();
+}
+
 /* ---- fork ------------------------------------------------------------------ */
 
 /* A child forked while another thread held pyfini__hooked_lock would spin
@@ -2579,6 +2699,11 @@ static void pyfini__fork_child(void)
             __atomic_store_n(&e->def, no_def, __ATOMIC_RELAXED);
             __atomic_store_n(&e->seq, seq + 1, __ATOMIC_RELEASE);
         }
+    }
+    if (__atomic_load_n(&pyfini__audit_state, __ATOMIC_RELAXED) == PYFINI__AUDIT_ADDING) {
+        /* the adding thread is gone: the next fill tries again (a second
+           hook of this copy only costs its call) */
+        __atomic_store_n(&pyfini__audit_state, PYFINI__AUDIT_NONE, __ATOMIC_RELAXED);
     }
     pyfini__hooked_release();
 }
@@ -2672,10 +2797,9 @@ static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
         c->name = def->name;
         c->size = def->size;
         c->data = data;
-        /* with a reliable exit hook, only under it; elsewhere hits check
-           the ID (pyfini__hits_need_id stays 1) */
-        if (reg->phase < PYFINI_USER && pyfini__fork_safe() &&
-            (pyfini__end_hooked(interp) || !pyfini__exit_hook_reliable())) {
+        /* only where the interpreter's end bumps the epoch (exit hook or
+           audit hook) or hits check the ID (pyfini__hits_need_id) */
+        if (reg->phase < PYFINI_USER && pyfini__fork_safe() && pyfini__hit_guarded(interp)) {
             pyfini__hit_fill(def, interp, epoch, data, c->interp_id);
         }
     }
@@ -2753,8 +2877,8 @@ static PYFINI__ALWAYS_INLINE void *pyfini__state_access(const pyfini_state_def *
        but CPython's thread-state fetch. The interpreter is read from the
        (non-limited API) thread-state struct. A new interpreter at an ended
        one's address never hits: entries are filled only for interpreters
-       whose end bumps the epoch through the exit hook, whatever leaked
-       (pyfini__end_hooked), or their hits also check the interpreter ID
+       whose end bumps the epoch through the exit or audit hook, whatever
+       leaked (pyfini__hit_guarded), or their hits also check the interpreter ID
        (pyfini__hit_id_checked); POST_SHUTDOWN bumps the epoch too. An
        empty entry has interp NULL, never a thread state's. */
     PyThreadState *ts = pyfini__tstate();
@@ -2764,6 +2888,8 @@ static PYFINI__ALWAYS_INLINE void *pyfini__state_access(const pyfini_state_def *
         /* seqlock reader: a compare that fails on a torn read only misses;
            one that passes is confirmed by the second read of seq */
         uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+        /* before the epoch: pyfini__audit_hooked bumps it, then clears this */
+        int need_id = __atomic_load_n(&pyfini__hits_need_id, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&e->def, __ATOMIC_RELAXED) == def &&
             __atomic_load_n(&e->interp, __ATOMIC_RELAXED) == interp &&
             __atomic_load_n(&e->epoch, __ATOMIC_RELAXED) ==
@@ -2773,7 +2899,7 @@ static PYFINI__ALWAYS_INLINE void *pyfini__state_access(const pyfini_state_def *
             void *data = __atomic_load_n(&e->data, __ATOMIC_RELAXED);
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             if ((seq & 1) == 0 && seq == __atomic_load_n(&e->seq, __ATOMIC_RELAXED)) {
-                if (PYFINI__UNLIKELY(__atomic_load_n(&pyfini__hits_need_id, __ATOMIC_RELAXED))) {
+                if (PYFINI__UNLIKELY(need_id)) {
                     return pyfini__hit_id_checked(def, mode, ts, e, seq, data);
                 }
                 return data;

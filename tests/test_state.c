@@ -422,14 +422,48 @@ END_TEST
    address must not hit the ended one's cache entries. Without the builtins
    leak the finder's epoch bump already covers it; with it, neither
    POST_SHUTDOWN nor the finder comes, so only the exit hook's bump (3.13.2+,
-   3.14.0a3+: pyfini__end_hooked) or the interpreter-ID check (older
-   versions; IDs are never reused within one initialization,
-   PyInterpreterState_GetID) keep the old state out. */
-static void ended_interp_never_hits(const char *test, int leak_builtins)
+   3.14.0a3+: pyfini__end_hooked; 3.11, 3.12, 3.13.0-3.13.1: the audit hook's
+   "cpython.PyInterpreterState_Clear", pyfini__audit_hooked) or, where that
+   hook is vetoed (veto: a Python hook refusing "sys.addaudithook" in the main
+   interpreter, where the first fill happens then), the interpreter-ID check
+   (IDs are never reused within one initialization, PyInterpreterState_GetID)
+   keep the old state out. */
+static const char veto_audit_hooks[] =
+    "import sys\n"
+    "def _veto(event, args):\n"
+    "    if event == 'sys.addaudithook':\n"
+    "        raise RuntimeError('no more audit hooks')\n"
+    "sys.addaudithook(_veto)\n";
+
+/* The guard the hits rely on, checked after a fill (see pyfini__hit_guarded). */
+static void expect_hit_guard(const char *test, int vetoed)
+{
+    int reliable = pyfini__exit_hook_reliable();
+    int audit = __atomic_load_n(&pyfini__audit_state, __ATOMIC_SEQ_CST);
+    int need_id = __atomic_load_n(&pyfini__hits_need_id, __ATOMIC_SEQ_CST);
+    printf("NOTE %s on CPython %s: hits guarded by %s\n", test, PY_VERSION,
+           reliable ? "PyUnstable_AtExit (epoch only)"
+                    : audit == PYFINI__AUDIT_ON ? "the audit hook (epoch only)"
+                                                : "the interpreter-ID check");
+    if (reliable) {
+        ck_assert_int_eq(audit, PYFINI__AUDIT_NONE);   /* never added there */
+        ck_assert_int_eq(need_id, 0);
+    } else {
+        ck_assert_int_eq(audit, vetoed ? PYFINI__AUDIT_REFUSED : PYFINI__AUDIT_ON);
+        ck_assert_int_eq(need_id, vetoed);
+    }
+}
+
+static void ended_interp_never_hits(const char *test, int leak_builtins, int veto)
 {
     HARNESS_LEAKS_ON_PURPOSE();
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
+    if (veto) {
+        run(veto_audit_hooks);
+        ck_assert_ptr_nonnull(pyfini_state(&lib_def));   /* the first fill: vetoed */
+        expect_hit_guard(test, 1);
+    }
     int reused = 0;
     for (int i = 0; i < 4; i++) {
         PyThreadState *sub = new_sub(SUB_LEGACY);
@@ -439,6 +473,9 @@ static void ended_interp_never_hits(const char *test, int leak_builtins)
         ck_assert_int_eq(s->inits, 1);
         s->inits = 1000;                              /* a stale hit would see this */
         ck_assert_ptr_eq(pyfini_state(&lib_def), s);   /* a hit */
+        if (i == 0) {
+            expect_hit_guard(test, veto);
+        }
         /* a buggy extension's leak keeps pyfini's registry capsule (whose
            destructor plants POST_SHUTDOWN) alive past the state-dict clear;
            leaking the whole state dict instead trips an assertion in
@@ -472,13 +509,91 @@ static void ended_interp_never_hits(const char *test, int leak_builtins)
 
 START_TEST(test_state_cache_interp_ended_without_post)
 {
-    ended_interp_never_hits("test_state_cache_interp_ended_without_post", 0);
+    ended_interp_never_hits("test_state_cache_interp_ended_without_post", 0, 0);
 }
 END_TEST
 
 START_TEST(test_state_cache_interp_ended_leaking_builtins)
 {
-    ended_interp_never_hits("test_state_cache_interp_ended_leaking_builtins", 1);
+    ended_interp_never_hits("test_state_cache_interp_ended_leaking_builtins", 1, 0);
+}
+END_TEST
+
+/* The same where an existing audit hook vetoes pyfini's (PySys_AddAuditHook
+   returns 0 without adding it): the probe is not seen, hits check the ID. */
+START_TEST(test_state_cache_audit_hook_vetoed)
+{
+    ended_interp_never_hits("test_state_cache_audit_hook_vetoed", 1, 1);
+}
+END_TEST
+
+/* Pins what the hit table relies on where no reliable exit hook exists (and
+   checks it everywhere): interpreter_clear() (Python/pystate.c) raises the
+   audit event "cpython.PyInterpreterState_Clear" to every C audit hook, in
+   the ending interpreter, once per ended sub-interpreter (legacy and
+   isolated) also when a leak keeps the registry capsule and the builtins
+   dict alive, and for the main interpreter in Py_FinalizeEx; then
+   _PySys_ClearAuditHooks() (Python/sysmodule.c) raises
+   "cpython._PySys_ClearAuditHooks" once and removes the C hooks. pyfini's
+   own hook bumps the epoch at each end. */
+static int audit_clears, audit_hooks_cleared, audit_order_ok;
+static PyInterpreterState *audit_cleared_interp;
+static int count_audit_events(const char *event, PyObject *args, void *data)
+{
+    (void)args;
+    (void)data;
+    if (strcmp(event, "cpython.PyInterpreterState_Clear") == 0) {
+        audit_clears++;
+        audit_cleared_interp = pyfini__tstate()->interp;
+    } else if (strcmp(event, "cpython._PySys_ClearAuditHooks") == 0) {
+        audit_hooks_cleared++;
+        audit_order_ok = audit_cleared_interp == PyInterpreterState_Main();
+    }
+    return 0;
+}
+
+START_TEST(test_pin_PyInterpreterState_Clear_audit_event_whatever_leaked)
+{
+    HARNESS_LEAKS_ON_PURPOSE();
+    harness_init();
+    ck_assert_int_eq(PySys_AddAuditHook(count_audit_events, NULL), 0);
+    PyThreadState *main_ts = PyThreadState_Get();
+    int ended = 0;
+    for (int i = 0; i < 3; i++) {
+        PyThreadState *sub = new_sub(i == 1 ? SUB_ISOLATED : SUB_LEGACY);
+        if (sub == NULL) {
+            continue;   /* no isolated config on 3.11 */
+        }
+        PyInterpreterState *in = PyThreadState_GetInterpreter(sub);
+        ck_assert_ptr_nonnull(pyfini_state(&lib_def));
+        ck_assert_ptr_nonnull(pyfini_state(&lib_def));   /* a hit */
+        PyObject *cap = PyDict_GetItemString(PyInterpreterState_GetDict(in), PYFINI_REGISTRY_KEY);
+        ck_assert_ptr_nonnull(cap);
+        Py_INCREF(cap);
+        Py_INCREF(PyEval_GetBuiltins());
+        uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_SEQ_CST);
+        Py_EndInterpreter(sub);
+        PyThreadState_Swap(main_ts);
+        ended++;
+        ck_assert_int_eq(audit_clears, ended);
+        ck_assert_ptr_eq(audit_cleared_interp, in);
+        ck_assert_int_eq(audit_hooks_cleared, 0);
+        /* no POST_SHUTDOWN, no finder: only the hook bumped it */
+        ck_assert_uint_gt(__atomic_load_n(&pyfini__epoch, __ATOMIC_SEQ_CST), epoch);
+    }
+    int reliable = pyfini__exit_hook_reliable();
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+    printf("NOTE CPython %s: %d \"cpython.PyInterpreterState_Clear\" for %d ended "
+           "sub-interpreters + the main one, %d \"cpython._PySys_ClearAuditHooks\"\n",
+           PY_VERSION, audit_clears, ended, audit_hooks_cleared);
+    ck_assert_int_eq(audit_clears, ended + 1);
+    ck_assert_int_eq(audit_hooks_cleared, 1);
+    ck_assert_int_eq(audit_order_ok, 1);   /* the main interpreter's clear came first */
+    if (!reliable) {
+        /* pyfini's hook saw it too: the next fill adds it again */
+        ck_assert_int_eq(pyfini__audit_state, PYFINI__AUDIT_NONE);
+        ck_assert_int_eq(pyfini__hits_need_id, 1);
+    }
 }
 END_TEST
 
@@ -691,6 +806,39 @@ START_TEST(test_state_cache_reinit_without_post)
     ck_assert_ptr_nonnull(n);
     ck_assert_ptr_ne(n, s);
     ck_assert_int_eq(n->inits, 1);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+
+/* The same with the builtins dict leaked too (no finder bump): only the
+   main interpreter's "cpython.PyInterpreterState_Clear" (3.11, 3.12,
+   3.13.0-3.13.1: the audit hook) or its PyUnstable_AtExit callback keeps the
+   old state out; then the next fill adds the audit hook again. */
+START_TEST(test_state_cache_reinit_leaking_builtins)
+{
+    HARNESS_LEAKS_ON_PURPOSE();
+    harness_init();
+    lib_state *s = (lib_state *)pyfini_state(&lib_def);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_ptr_eq(pyfini_state(&lib_def), s);
+    expect_hit_guard("test_state_cache_reinit_leaking_builtins", 0);
+    s->inits = 1000;
+    PyObject *cap = PyDict_GetItemString(PyInterpreterState_GetDict(PyInterpreterState_Get()), PYFINI_REGISTRY_KEY);
+    ck_assert_ptr_nonnull(cap);
+    Py_INCREF(cap);
+    Py_INCREF(PyEval_GetBuiltins());
+    Py_FinalizeEx();
+    if (!pyfini__exit_hook_reliable()) {
+        ck_assert_int_eq(pyfini__audit_state, PYFINI__AUDIT_NONE);   /* removed */
+        ck_assert_int_eq(pyfini__hits_need_id, 1);
+    }
+    harness_init();
+    lib_state *n = (lib_state *)pyfini_state(&lib_def);
+    ck_assert_ptr_nonnull(n);
+    ck_assert_ptr_ne(n, s);
+    ck_assert_int_eq(n->inits, 1);
+    ck_assert_ptr_eq(pyfini_state(&lib_def), n);
+    expect_hit_guard("test_state_cache_reinit_leaking_builtins", 0);   /* added again */
     ck_assert_int_eq(Py_FinalizeEx(), 0);
 }
 END_TEST
@@ -1083,6 +1231,9 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_state_cache_interp_ended_without_post);
     tcase_add_test(tc, test_state_cache_reinit_without_post);
     tcase_add_test(tc, test_state_cache_interp_ended_leaking_builtins);
+    tcase_add_test(tc, test_state_cache_audit_hook_vetoed);
+    tcase_add_test(tc, test_state_cache_reinit_leaking_builtins);
+    tcase_add_test(tc, test_pin_PyInterpreterState_Clear_audit_event_whatever_leaked);
     tcase_add_test(tc, test_state_fork_while_writer_holds);
 #if PY_VERSION_HEX >= 0x030C0000
     tcase_add_test(tc, test_state_own_gil_interpreters_racing);
