@@ -11,6 +11,11 @@
  *     pyfini_state() hit          pyfini's per-thread cache
  *     state dict + dict lookup    PyInterpreterState_GetDict() + PyDict_GetItemWithError()
  *     module state by def         PyType_GetModuleByDef() + PyModule_GetState()
+ *   audit hook (ns per call of id() and compile(), which raise an
+ *   audit event): without any audit hook, then with one C hook doing what
+ *   pyfini's does (compare the event name), in this run, before pyfini adds
+ *   its own (3.11, 3.12, 3.13.0-3.13.1; PYFINI_NO_AUDIT_HOOK): what that hook
+ *   costs every audited event of the process.
  *   cycles (ms per create/end of an isolated sub-interpreter; legacy on 3.11):
  *     rounds of bare, bare again (the A/A control: what noise alone shows)
  *     and with pyfini (all four phases used, one state), in rotating order;
@@ -52,6 +57,80 @@ static PyObject *init_bench(void) { return PyModuleDef_Init(&bench_module); }
 static const char *kind_name[BENCH_NKINDS] = {
     "thread-local pointer read", "CPython thread-state fetch", "pyfini_state() hit",
     "state dict + dict lookup", "module state by def"};
+
+/* ---- the process-wide cost of one C audit hook --------------------------------- */
+
+/* ns per call of fn(*args), best of 5 runs of n calls; -1 on error */
+static double ns_per_call(PyObject *fn, PyObject *args, long n)
+{
+    double best = -1;
+    for (int run = 0; run < 5; run++) {
+        double t0 = bench_now();
+        for (long i = 0; i < n; i++) {
+            PyObject *r = PyObject_Call(fn, args, NULL);
+            if (r == NULL) {
+                return -1;
+            }
+            Py_DECREF(r);
+        }
+        double ns = (bench_now() - t0) * 1e9 / (double)n;
+        if (best < 0 || ns < best) {
+            best = ns;
+        }
+    }
+    return best;
+}
+
+/* the work of pyfini__audit_hook without its effects: compare the name */
+static long audit_matches;
+static int name_comparing_audit_hook(const char *event, PyObject *args, void *data)
+{
+    (void)args;
+    (void)data;
+    if ((event[0] == 'c' && strncmp(event, "cpython.", 8) == 0 &&
+         (strcmp(event + 8, "PyInterpreterState_Clear") == 0 ||
+          strcmp(event + 8, "_PySys_ClearAuditHooks") == 0)) ||
+        (event[0] == 'p' && strcmp(event, "pyfini.audit_hook_probe") == 0)) {
+        audit_matches++;
+    }
+    return 0;
+}
+
+/* Before any pyfini lookup (a C audit hook cannot be removed). */
+static int audit_hook_cost(long n)
+{
+    PyObject *builtins = PyEval_GetBuiltins();   /* borrowed */
+    PyObject *id = builtins ? PyDict_GetItemString(builtins, "id") : NULL;
+    PyObject *compile = builtins ? PyDict_GetItemString(builtins, "compile") : NULL;
+    PyObject *id_args = PyTuple_Pack(1, Py_None);
+    PyObject *compile_args = Py_BuildValue("(sss)", "0", "<bench>", "eval");
+    const char *what[2] = {"id(None)", "compile(\"0\", ..., \"eval\")"};
+    PyObject *fns[2] = {id, compile}, *args[2] = {id_args, compile_args};
+    long calls[2] = {n / 20, n / 2000};
+    double ns[2][2];
+    int rc = id != NULL && compile != NULL && id_args != NULL && compile_args != NULL ? 0 : -1;
+    for (int with = 0; with < 2 && rc == 0; with++) {
+        if (with && PySys_AddAuditHook(name_comparing_audit_hook, NULL) < 0) {
+            rc = -1;
+        }
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            ns[k][with] = ns_per_call(fns[k], args[k], calls[k] > 4 ? calls[k] : 4);
+            rc = ns[k][with] < 0 ? -1 : 0;
+        }
+    }
+    if (rc == 0) {
+        printf("\nthe process-wide cost of one C audit hook (pyfini's on 3.11, 3.12, 3.13.0-3.13.1 "
+               "unless PYFINI_NO_AUDIT_HOOK; one per copy of the header), ns per call, best of 5:\n");
+        printf("  %-28s %10s %14s %10s\n", "audited call", "no hook", "one C hook", "added");
+        for (int k = 0; k < 2; k++) {
+            printf("  %-28s %10.1f %14.1f %+10.1f\n", what[k], ns[k][0], ns[k][1],
+                   ns[k][1] - ns[k][0]);
+        }
+    }
+    Py_XDECREF(id_args);
+    Py_XDECREF(compile_args);
+    return rc;
+}
 
 /* ---- cycles ----------------------------------------------------------------- */
 static int noop_cb(void *arg)
@@ -281,6 +360,10 @@ int main(int argc, char **argv)
            ""
 #endif
     );
+    if (audit_hook_cost(n) < 0) {
+        PyErr_Print();
+        return 1;
+    }
     PyObject *key = PyUnicode_FromString("pyfini.bench.key");
     PyObject *mod = PyImport_ImportModule("_pyfini_bench");
     PyObject *type = mod ? PyObject_GetAttrString(mod, "T") : NULL;
@@ -306,6 +389,8 @@ int main(int argc, char **argv)
                ns[s][BENCH_STATE_DICT] / ns[s][BENCH_PYFINI],
                ns[s][BENCH_PYFINI] - ns[s][BENCH_TSTATE]);
     }
+    printf("  hits guarded by (CPython %s): in the program %s; in the shared object %s\n",
+           PY_VERSION, bench_lookups_program_guard(), bench_lookups_shared_guard());
     layouts_and_threads(n, (PyTypeObject *)type, ns[1]);
     cycles(PyThreadState_Get(), rounds);
     Py_DECREF(type);

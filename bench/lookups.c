@@ -47,6 +47,21 @@ BENCH_NOINLINE __attribute__((aligned(64), used)) void LOOKUPS_PAD_FN(void)
 {
     __asm__ volatile(".skip " BENCH_STR(LOOKUPS_PAD) " + 1, 0xcc");
 }
+/* What keeps this copy's hits from an ended interpreter's entry, after a
+   fill (see pyfini__hit_guarded): LOOKUPS_FN##_guard. */
+#define BENCH_CAT2(a, b) a##b
+#define BENCH_CAT(a, b) BENCH_CAT2(a, b)
+const char *BENCH_CAT(LOOKUPS_FN, _guard)(void);
+const char *BENCH_CAT(LOOKUPS_FN, _guard)(void)
+{
+    if (pyfini__exit_hook_reliable()) {
+        return "PyUnstable_AtExit: epoch only, no call";
+    }
+    if (!__atomic_load_n(&pyfini__hits_need_id, __ATOMIC_SEQ_CST)) {
+        return "the C audit hook: epoch only, no call";
+    }
+    return "the interpreter-ID check: + a PyInterpreterState_GetID call";
+}
 static BENCH_NOINLINE void *lookup_tls(void) { return tls_state; }
 static BENCH_NOINLINE void *lookup_tstate(void) { return cpython_tstate()->interp; }
 static BENCH_NOINLINE void *lookup_pyfini(void) { return pyfini_state(&bench_def); }

@@ -28,6 +28,9 @@ int bench_lookups_pad32(long n, PyObject *key, PyTypeObject *type, PyModuleDef *
                         double ns[BENCH_NKINDS]);
 int bench_lookups_pad48(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
                         double ns[BENCH_NKINDS]);
+/* how each copy's hits are guarded (after its lookups ran) */
+const char *bench_lookups_program_guard(void);
+const char *bench_lookups_shared_guard(void);
 double bench_hits_program(long n, int ndefs);
 double bench_hits_shared(long n, int ndefs);
 double bench_hits_pad0(long n, int ndefs);

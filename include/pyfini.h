@@ -2589,6 +2589,7 @@ static inline int pyfini__end_hooked(PyInterpreterState *interp)
    of an earlier C hook that fails (returns -1) is not passed on to later
    ones (sys_audit_tstate()): such a hook, added before pyfini's, hides
    these events (pinned: tests/test_state.c, test_pin_*_audit_*). */
+#ifndef PYFINI_NO_AUDIT_HOOK
 #define PYFINI__AUDIT_PROBE "pyfini.audit_hook_probe"
 
 static int pyfini__audit_hook(const char *event, PyObject *args, void *data)
@@ -2610,6 +2611,7 @@ static int pyfini__audit_hook(const char *event, PyObject *args, void *data)
     }
     return 0;
 }
+#endif
 
 /* Add this copy's audit hook once per runtime initialization (GIL held, no
    exception set); 1 if it is in place. PySys_AddAuditHook() returns 0
