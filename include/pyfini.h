@@ -72,6 +72,8 @@
  *       audited event of the process (open(), compile(), sys._getframe(),
  *       import, ...) then calls it (bench/ measures the cost), and the first
  *       hook of a process also makes CPython build the event's arguments.
+ *       Adding it raises "sys.addaudithook" and one "pyfini.audit_hook_probe"
+ *       event per runtime initialization, which Python audit hooks see.
  *       Without it a pyfini_state() hit there also checks the interpreter
  *       ID, out of line (slower, see bench/), and after Py_FinalizeEx +
  *       Py_Initialize a main interpreter that leaked both its registry and
@@ -2588,7 +2590,8 @@ static inline int pyfini__end_hooked(PyInterpreterState *interp)
    compares the event name: no Python API, no allocation, no lock. The event
    of an earlier C hook that fails (returns -1) is not passed on to later
    ones (sys_audit_tstate()): such a hook, added before pyfini's, hides
-   these events (pinned: tests/test_state.c, test_pin_*_audit_*). */
+   these events. Pinned by tests/test_state.c
+   (test_pin_PyInterpreterState_Clear_audit_event_whatever_leaked). */
 #ifndef PYFINI_NO_AUDIT_HOOK
 #define PYFINI__AUDIT_PROBE "pyfini.audit_hook_probe"
 
