@@ -810,6 +810,42 @@ START_TEST(test_state_cache_reinit_without_post)
 }
 END_TEST
 
+/* Pins the limit docs/state.md names: sys_audit_tstate() (Python/sysmodule.c)
+   stops at the first C hook that fails, so a failing hook added before
+   another hides the event from it. */
+static int hidden_clears;
+static int fail_on_clear(const char *event, PyObject *args, void *data)
+{
+    (void)args;
+    (void)data;
+    if (strcmp(event, "cpython.PyInterpreterState_Clear") == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "refused");
+        return -1;
+    }
+    return 0;
+}
+static int count_hidden_clears(const char *event, PyObject *args, void *data)
+{
+    (void)args;
+    (void)data;
+    hidden_clears += strcmp(event, "cpython.PyInterpreterState_Clear") == 0;
+    return 0;
+}
+
+START_TEST(test_pin_sys_audit_tstate_failing_hook_hides_event)
+{
+    harness_init();
+    ck_assert_int_eq(PySys_AddAuditHook(fail_on_clear, NULL), 0);
+    ck_assert_int_eq(PySys_AddAuditHook(count_hidden_clears, NULL), 0);
+    PyThreadState *main_ts = PyThreadState_Get();
+    Py_EndInterpreter(new_sub(SUB_LEGACY));
+    PyThreadState_Swap(main_ts);
+    ck_assert_int_eq(hidden_clears, 0);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+    ck_assert_int_eq(hidden_clears, 0);
+}
+END_TEST
+
 /* The same with the builtins dict leaked too (no finder bump): only the
    main interpreter's "cpython.PyInterpreterState_Clear" (3.11, 3.12,
    3.13.0-3.13.1: the audit hook) or its PyUnstable_AtExit callback keeps the
@@ -1234,6 +1270,7 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_state_cache_audit_hook_vetoed);
     tcase_add_test(tc, test_state_cache_reinit_leaking_builtins);
     tcase_add_test(tc, test_pin_PyInterpreterState_Clear_audit_event_whatever_leaked);
+    tcase_add_test(tc, test_pin_sys_audit_tstate_failing_hook_hides_event);
     tcase_add_test(tc, test_state_fork_while_writer_holds);
 #if PY_VERSION_HEX >= 0x030C0000
     tcase_add_test(tc, test_state_own_gil_interpreters_racing);
