@@ -95,7 +95,10 @@ static void print_site(FILE *f, size_t rank, const lc_site *s)
     lc_fmt_bytes(bb, sizeof bb, s->bytes_per_cycle, 1);
     fprintf(f, "  #%zu %s/cycle in %.2f blocks/cycle, domain %s\n", rank, bb, s->blocks_per_cycle, s->domain);
     for (int k = 0; k < s->nframes; k++) fprintf(f, "       %s %s\n", k ? "  " : "at", s->frames[k]);
-    if (s->npyframes) fprintf(f, "       Python (tracemalloc, innermost first):\n");
+    if (s->npyframes)
+        fprintf(f, "%s", strcmp(s->domain, "heap") == 0
+                             ? "       Python (the line that called into C code on the allocating thread):\n"
+                             : "       Python (tracemalloc, innermost first):\n");
     for (int k = 0; k < s->npyframes; k++) fprintf(f, "          %s\n", s->pyframes[k]);
 }
 
@@ -120,7 +123,7 @@ static void print_where(FILE *f, const lc_run *r, const analysis *a)
     for (size_t i = 0; i < r->nsites; i++) print_site(f, i + 1, &r->sites[i]);
     fprintf(f, "  (domain heap: plain C-heap blocks - malloc & co, operator new - outside Python's allocators)\n");
     if (!strncmp(r->where_python, "unavailable", strlen("unavailable")))
-        fprintf(f, "  (Python lines %s)\n", r->where_python);
+        fprintf(f, "  (Python lines of the raw/mem/obj sites %s)\n", r->where_python);
 }
 
 static void print_last_cycles(FILE *f, const lc_run *r)

@@ -9,16 +9,22 @@
  *   5 _pyfini_heap_nextcycle  malloc(200) kept until the next import frees it
  *   6 _pyfini_heap_doublefree frees one malloc(200) block twice (corruption:
  *                             glibc aborts, the run is a crash)
+ *   7 _pyfini_heap_badfree    frees a pointer malloc never returned (16 bytes
+ *                             into a zeroed block: corruption)
+ *   8 _pyfini_heap_overrun    writes past the end of one block over the
+ *                             header of the block right after it, then frees
+ *                             that one (corruption)
  * Multi-phase initialisation, declared safe for a per-interpreter GIL.
  * Cycles run one after another: the globals see no concurrent access.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifndef LC_HEAP_KIND
-#error define LC_HEAP_KIND to 1..6
+#error define LC_HEAP_KIND to 1..8
 #endif
 
 #if LC_HEAP_KIND == 1
@@ -31,8 +37,12 @@
 #define LC_NAME _pyfini_heap_mallocfree
 #elif LC_HEAP_KIND == 5
 #define LC_NAME _pyfini_heap_nextcycle
-#else
+#elif LC_HEAP_KIND == 6
 #define LC_NAME _pyfini_heap_doublefree
+#elif LC_HEAP_KIND == 7
+#define LC_NAME _pyfini_heap_badfree
+#else
+#define LC_NAME _pyfini_heap_overrun
 #endif
 #define LC_STR2(x) #x
 #define LC_STR(x) LC_STR2(x)
@@ -84,15 +94,34 @@ int heapmod_exec(PyObject *m)
         p = previous = malloc(200);
         if (p) memset(p, 0x50, 200);
         break;
-    default:
+    case 6:
         p = malloc(200);
         heapmod_sink = p;
         free(p);
         free(heapmod_sink);
         break;
+    case 7:
+        p = calloc(1, 200);
+        heapmod_sink = p ? p + 16 : NULL;
+        free(heapmod_sink);
+        break;
+    default:
+        /* two blocks next to each other (glibc: b's 8-byte size field right
+           after a's usable bytes); blocks that are not are kept (leaked) */
+        for (int i = 0; i < 64; i++) {
+            char *a = malloc(1000), *b = malloc(1000);
+            if (!a || !b) break;
+            if (b == a + malloc_usable_size(a) + 8) {
+                memset(a, 0xff, malloc_usable_size(a) + 8);   /* 8 bytes too many: b's size */
+                heapmod_sink = b;
+                free(heapmod_sink);
+                break;
+            }
+        }
+        break;
     }
     imports++;
-    if (!p && LC_HEAP_KIND != 6) {
+    if (!p && LC_HEAP_KIND < 6) {
         PyErr_NoMemory();
         return -1;
     }

@@ -236,7 +236,7 @@ void lc_alloc_site_change(uint32_t id, int bare, int64_t dbytes, int64_t dblocks
 /* The Python-lines pass (recording kind 3): a block allocated at a known
  * site becomes one of its samples (a free slot first, else round robin);
  * the site's counts do not change. */
-static uint32_t site_sample(int domain, void **ip, int n, void *sample)
+uint32_t lc_alloc_site_sample(int domain, void **ip, int n, void *sample)
 {
     pthread_mutex_lock(&lc_site_lock);
     uint32_t id = site_find(domain, ip, n, hash_frames(domain, ip, n));
@@ -280,7 +280,7 @@ static void site_attach(lc_hdr *h, int domain)
             k = n - 1 < LC_MAX_FRAMES ? n - 1 : LC_MAX_FRAMES;
             memcpy(st, ip + 1, (size_t)k * sizeof *st);
         }
-        uint32_t id = site_sample(domain, st, k, h + 1);
+        uint32_t id = lc_alloc_site_sample(domain, st, k, h + 1);
         if (id) h->site = id, h->flags |= LC_F_SAMPLE;
         return;
     }
@@ -598,11 +598,56 @@ int lc_alloc_heap_class(void)
     return 0;
 }
 
+/* The C-heap sites a pass block may be a sample of when no site has its
+ * exact stack (lc_alloc_site_sample_near): those holding more bytes from
+ * subject cycles than from bare ones, the LC_NEAR_MAX largest. */
+#define LC_NEAR_MAX 256
+static uint32_t lc_near[LC_NEAR_MAX];
+static int lc_nnear;
+
+static int cmp_near(const void *a, const void *b)
+{
+    const lc_site *x = &lc_sites[*(const uint32_t *)a - 1], *y = &lc_sites[*(const uint32_t *)b - 1];
+    int64_t dx = x->info.bytes[0] - x->info.bytes[1], dy = y->info.bytes[0] - y->info.bytes[1];
+    return (dx < dy) - (dx > dy);
+}
+
 void lc_alloc_samples_reset(void)
 {
     pthread_mutex_lock(&lc_site_lock);
-    for (uint32_t i = 0; i < lc_nsites; i++) memset(lc_sites[i].info.samples, 0, sizeof lc_sites[i].info.samples);
+    lc_nnear = 0;
+    for (uint32_t i = 0; i < lc_nsites; i++) {
+        memset(lc_sites[i].info.samples, 0, sizeof lc_sites[i].info.samples);
+        const lc_site_info *in = &lc_sites[i].info;
+        if (in->domain != LC_SITE_HEAP || in->bytes[0] <= in->bytes[1]) continue;
+        if (lc_nnear < LC_NEAR_MAX) {
+            lc_near[lc_nnear++] = i + 1;
+        } else {   /* keep the largest: replace the smallest so far */
+            qsort(lc_near, LC_NEAR_MAX, sizeof *lc_near, cmp_near);
+            const lc_site_info *last = &lc_sites[lc_near[LC_NEAR_MAX - 1] - 1].info;
+            if (in->bytes[0] - in->bytes[1] > last->bytes[0] - last->bytes[1]) lc_near[LC_NEAR_MAX - 1] = i + 1;
+        }
+    }
     pthread_mutex_unlock(&lc_site_lock);
+}
+
+uint32_t lc_alloc_site_sample_near(int domain, void **ip, int n, void *sample, int min_common)
+{
+    uint32_t id = lc_alloc_site_sample(domain, ip, n, sample);
+    if (id) return id;
+    pthread_mutex_lock(&lc_site_lock);
+    int best_len = 0;
+    for (int c = 0; c < lc_nnear; c++) {
+        lc_site *s = &lc_sites[lc_near[c] - 1];
+        if (s->info.domain != domain) continue;
+        int k = 0;
+        while (k < n && k < s->info.nframes && s->info.frames[k] == ip[k]) k++;
+        int need = min_common < s->info.nframes ? min_common : s->info.nframes;
+        if (k >= need && k > best_len) best_len = k, id = lc_near[c];
+    }
+    if (id) site_put_sample(&lc_sites[id - 1], sample);
+    pthread_mutex_unlock(&lc_site_lock);
+    return id;
 }
 
 void lc_alloc_set_recording(int kind)

@@ -78,6 +78,17 @@ void lc_alloc_foreach_site(lc_site_fn fn, void *arg);
  * -1); old_ptr/now_ptr move a sample (NULL: none). */
 uint32_t lc_alloc_site_add(int domain, void **ip, int n, int64_t bytes, int bare, void *sample);
 void lc_alloc_site_change(uint32_t id, int bare, int64_t dbytes, int64_t dblocks, void *old_ptr, void *now_ptr);
+/* The Python-lines pass: the block sample, allocated at the call stack
+ * ip[0..n-1], becomes one of the samples of that stack's site if the site
+ * exists (its counts stay).  Returns the site id, 0: no such site. */
+uint32_t lc_alloc_site_sample(int domain, void **ip, int n, void *sample);
+/* The same, and when no site has that exact stack: the site, among the
+ * C-heap sites holding more bytes from subject cycles than from bare ones
+ * when lc_alloc_samples_reset() ran, whose stack shares the longest run of
+ * innermost frames with ip, at least min_common of them (or all its own).
+ * A C profile function changes the interpreter loop's code path (3.12+:
+ * instrumented bytecode), and with it the outer frames of every stack. */
+uint32_t lc_alloc_site_sample_near(int domain, void **ip, int n, void *sample, int min_common);
 
 /* After tracemalloc has started (it wraps these wrappers): wrap it in turn
  * with pass-through hooks that tell the counting wrappers which requests are

@@ -22,6 +22,8 @@ int lc_heap_available(void) { return 0; }
 void lc_heap_read(lc_heap_totals *t) { memset(t, 0, sizeof *t); }
 void lc_heap_where_enable(void) {}
 void lc_heap_set_recording(int kind) { (void)kind; }
+void lc_heap_set_pyloc(uint32_t loc) { (void)loc; }
+uint32_t lc_heap_sample_pyloc(void *p) { (void)p; return 0; }
 void lc_heap_own_enter(void) {}
 void lc_heap_own_leave(void) {}
 
@@ -104,13 +106,16 @@ void lc_heap_own_leave(void) { heap_own--; }
 typedef struct rec_entry {
     uintptr_t ptr;     /* 0: empty */
     uint32_t site;
-    uint32_t bare;
+    uint32_t bare;     /* 1: allocated in a bare cycle */
     int64_t size;
+    uint32_t sample;   /* 1: a sample of the Python-lines pass (not counted in its site) */
+    uint32_t pyloc;    /* a sample's Python line (lc_heap_set_pyloc), 0 none */
 } rec_entry;
 
 #define LC_REC_FIRST_CAP (1u << 16)
 static int heap_where;
-static int heap_recording;             /* 0 off, 1 subject, 2 bare */
+static int heap_recording;             /* 0 off, 1 subject, 2 bare, 3 Python-lines pass */
+static _Thread_local uint32_t heap_pyloc;   /* this thread's Python line (lc_heap_set_pyloc) */
 static int heap_any_recorded;
 static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
 static rec_entry *rec_tab;
@@ -181,18 +186,36 @@ void lc_heap_set_recording(int kind)
     __atomic_store_n(&heap_recording, heap_where ? kind : 0, __ATOMIC_RELAXED);
 }
 
+/* Innermost frames a pass block shares with a site to be its sample (the
+ * C function that allocated, its caller and theirs) */
+#define LC_HEAP_NEAR_FRAMES 3
+
 /* A plain block p of size bytes was allocated while recording. */
 static void __attribute__((noinline)) rec_block(void *p, int64_t size, int kind)
 {
     void *ip[LC_MAX_FRAMES + 2];
     heap_own++;
     int n = unw_backtrace(ip, LC_MAX_FRAMES + 2);
-    if (n > 2) {
+    if (n > 2 && kind == 3) {
+        /* the pass: a block of a site the judged cycles recorded becomes one
+           of its samples, with this thread's Python line */
+        uint32_t id = lc_alloc_site_sample_near(LC_SITE_HEAP, ip + 2, n - 2, p, LC_HEAP_NEAR_FRAMES);
+        pthread_mutex_lock(&rec_lock);
+        if (id && ((rec_n + 1) * 2 <= rec_cap || rec_grow() == 0)) {
+            rec_entry e = {(uintptr_t)p, id, 0, size, 1, heap_pyloc};
+            rec_put(rec_tab, rec_cap, &e);
+            rec_n++;
+            __atomic_store_n(&heap_any_recorded, 1, __ATOMIC_RELAXED);
+        } else if (id) {
+            lc_alloc_site_change(id, 0, 0, 0, p, NULL);   /* cannot follow it: drop the sample */
+        }
+        pthread_mutex_unlock(&rec_lock);
+    } else if (n > 2) {
         /* frames 0 and 1: this function and the interposed entry point */
         uint32_t id = lc_alloc_site_add(LC_SITE_HEAP, ip + 2, n - 2, size, kind == 2, NULL);
         pthread_mutex_lock(&rec_lock);
         if (id && ((rec_n + 1) * 2 <= rec_cap || rec_grow() == 0)) {
-            rec_entry e = {(uintptr_t)p, id, kind == 2, size};
+            rec_entry e = {(uintptr_t)p, id, kind == 2, size, 0, 0};
             rec_put(rec_tab, rec_cap, &e);
             rec_n++;
             __atomic_store_n(&heap_any_recorded, 1, __ATOMIC_RELAXED);
@@ -221,7 +244,8 @@ static void rec_forget(void *p, void *now, int64_t now_size)
         }
         pthread_mutex_unlock(&rec_lock);
         heap_own++;
-        if (now) lc_alloc_site_change(e.site, (int)e.bare, now_size - old, 0, NULL, NULL);
+        if (e.sample) lc_alloc_site_change(e.site, 0, 0, 0, p, now);   /* the sample moves (or goes) */
+        else if (now) lc_alloc_site_change(e.site, (int)e.bare, now_size - old, 0, NULL, NULL);
         else lc_alloc_site_change(e.site, (int)e.bare, -old, -1, NULL, NULL);
         heap_own--;
         return;
@@ -229,9 +253,28 @@ static void rec_forget(void *p, void *now, int64_t now_size)
     pthread_mutex_unlock(&rec_lock);
     if (found) {
         heap_own++;
-        lc_alloc_site_change(e.site, (int)e.bare, -e.size, -1, NULL, NULL);
+        if (e.sample) lc_alloc_site_change(e.site, 0, 0, 0, p, NULL);
+        else lc_alloc_site_change(e.site, (int)e.bare, -e.size, -1, NULL, NULL);
         heap_own--;
     }
+}
+
+void lc_heap_set_pyloc(uint32_t loc) { heap_pyloc = loc; }
+
+uint32_t lc_heap_sample_pyloc(void *p)
+{
+    uint32_t loc = 0;
+    pthread_mutex_lock(&rec_lock);
+    if (rec_cap) {
+        size_t mask = rec_cap - 1;
+        for (size_t i = rec_hash((uintptr_t)p) & mask; rec_tab[i].ptr; i = (i + 1) & mask)
+            if (rec_tab[i].ptr == (uintptr_t)p) {
+                if (rec_tab[i].sample) loc = rec_tab[i].pyloc;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&rec_lock);
+    return loc;
 }
 
 /* --- the accounting around glibc's calls -------------------------------- */

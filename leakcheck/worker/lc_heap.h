@@ -46,10 +46,21 @@ void lc_heap_read(lc_heap_totals *t);
 void lc_heap_where_enable(void);
 void lc_heap_set_recording(int kind);
 
+/* --where's Python-lines pass (recording kind 3): a plain block allocated at
+ * the call stack of a recorded site becomes one of the site's samples
+ * (lc_alloc_site_sample), tagged with the allocating thread's Python line,
+ * a number set by lc_heap_set_pyloc() (0: none; its meaning is the caller's:
+ * where.c's table of "file:line" texts).  lc_heap_sample_pyloc(): the line
+ * of a live sample block, 0 if p is none. */
+void lc_heap_set_pyloc(uint32_t loc);
+uint32_t lc_heap_sample_pyloc(void *p);
+
 /* Corruption (a free of a pointer malloc never returned, a double free, an
  * overrun block) is left to glibc's own checks, which abort the worker
  * ("free(): invalid pointer", "free(): double free detected in tcache 2",
- * "free(): invalid next size"): the driver reports SIGABRT in that cycle
+ * "free(): invalid size", "munmap_chunk(): invalid pointer"; or the
+ * worker's malloc_usable_size() faults first, SIGSEGV): the driver reports
+ * the signal in that cycle
  * with glibc's message as the subject's crash, exit status 3. */
 
 /* The tool's own allocations (its tables, libunwind's caches): while a

@@ -237,7 +237,10 @@ static int uses_own_obmalloc(const interp_config *c) { return !c->legacy && !c->
 /* Cycle seq (1-based) at slot sl of the schedule: B record, create the
  * interpreter, run the subject, end it, C (and O) record.  pass: a cycle of
  * --where's Python-lines pass instead (no record, not measured; the same
- * code path, so that the call stacks are those of the judged cycles). */
+ * code path, so that the call stacks are those of the judged cycles):
+ * 1 traced by tracemalloc (Python's allocators' sites), 2 with the C profile
+ * function that gives C-heap sites their Python line (it changes the
+ * interpreter loop's code path, so not in the same cycle as 1). */
 static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, const lc_slot *sl, int pass)
 {
     char err[LC_MESSAGE_MAX];
@@ -250,20 +253,24 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     if (q->where) lc_alloc_recheck_tracemalloc();
     int where_obm = !pass && q->where && uses_own_obmalloc(q->config);
     if (where_obm) lc_alloc_obm_begin(PyThreadState_GetInterpreter(main_tstate), (uint32_t)seq);
-    if (pass) {
+    if (pass == 1) {
         lc_alloc_set_recording(3);
+    } else if (pass == 2) {
+        lc_heap_set_recording(3);
     } else if (sl->judged) {
         lc_alloc_set_recording(sl->side == 0 ? 1 : 2);
         lc_heap_set_recording(sl->side == 0 ? 1 : 2);
     }
     int64_t t0 = now_ns();
     new_interpreter(q->config, &ts);
+    if (pass == 2) wk_heap_lines_attach();
     int refused = 0;
     int rc = sl->subject ? wk_run_subject(q, err, sizeof err, &refused) : 0;
     Py_EndInterpreter(ts);
     int64_t t1 = now_ns();
     lc_alloc_set_recording(0);
     lc_heap_set_recording(0);
+    if (pass == 2) wk_heap_lines_detach();
     int64_t obm = where_obm ? lc_alloc_obm_end() : -1;
     PyThreadState_Swap(main_tstate);
     wk_fds_check();
@@ -441,14 +448,19 @@ static void run_cycles(const wk_request *q, PyThreadState *main_tstate)
     lc_slot sl = {0};
     /* after the judged cycles, --where's Python-lines pass (LC_PY_PASS_CYCLES
        subject cycles traced by tracemalloc), through the same call */
-    for (long i = 0; i < n + (q->where ? LC_PY_PASS_CYCLES : 0); i++) {
+    int traced = 0, heap = 0;
+    for (long i = 0; i < n + (q->where ? LC_PY_PASS_CYCLES + 1 : 0); i++) {
         if (i == n) {
-            if (!wk_start_tracemalloc()) break;
+            traced = wk_start_tracemalloc();
+            heap = wk_start_heap_lines();
+            if (!traced && !heap) break;
             lc_alloc_samples_reset();
             sl.subject = wk_has_subject(q);
         }
+        int pass = i < n ? 0 : i < n + LC_PY_PASS_CYCLES ? 1 : 2;
+        if ((pass == 1 && !traced) || (pass == 2 && !heap)) continue;
         if (i < n) sl = lc_schedule_at(&s, i);
-        cycle(q, main_tstate, i + 1, &sl, i >= n);
+        cycle(q, main_tstate, i + 1, &sl, pass);
     }
     wk_children_end(lc_schedule_length(&s));
     if (q->where) wk_report_where(&s);

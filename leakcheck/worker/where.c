@@ -6,11 +6,14 @@
 #include <Python.h>
 
 #include <dlfcn.h>
+#include <frameobject.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "lc_alloc.h"
+#include "lc_heap.h"
 #include "lc_util.h"
 #include "symbols.h"
 #include "worker.h"
@@ -194,6 +197,130 @@ static void report_python_lines(uint32_t id, const lc_site_info *info)
     pyline(id, 0, text);
 }
 
+/* --- Python lines of C-heap sites ------------------------------------------ */
+/* tracemalloc sees Python's allocators only.  For a plain C-heap block the
+ * Python line is the one that called into C code: in the Python-lines pass
+ * a C profile function (PyEval_SetProfile, on the cycle interpreter's
+ * thread) notes, at each call and return event, the innermost frame that is
+ * not the import machinery's, as "file:line" - the line being executed, so a
+ * C function's line is the line that called it, and an extension module's
+ * Py_mod_exec gets the line of its `import`.  The allocator (lc_heap.c)
+ * tags each sample block with the number of that text.  Blocks allocated by
+ * a thread the profile function does not run on, or from C code before any
+ * Python frame, have none. */
+#define LC_PYLOC_MAX 4096
+#define LC_PYLOC_TEXT 240
+#define LC_PYLOC_INDEX (2 * LC_PYLOC_MAX)   /* power of two */
+static char (*pyloc_text)[LC_PYLOC_TEXT];   /* [0]: none; [1..pyloc_n] */
+static uint32_t *pyloc_index;               /* open addressing, holds numbers */
+static uint32_t pyloc_n;
+static int heap_lines;
+static pthread_mutex_t pyloc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int wk_start_heap_lines(void)
+{
+    if (!lc_heap_available()) return 0;
+    lc_heap_own_enter();
+    pyloc_text = calloc(LC_PYLOC_MAX + 1, sizeof *pyloc_text);
+    pyloc_index = calloc(LC_PYLOC_INDEX, sizeof *pyloc_index);
+    lc_heap_own_leave();
+    if (!pyloc_text || !pyloc_index) return 0;
+    heap_lines = 1;
+    return 1;
+}
+
+/* The number of text (interned), or 0 when the table is full. */
+static uint32_t pyloc_intern(const char *text)
+{
+    uint64_t h = lc_fnv(LC_FNV_OFFSET, text, strlen(text));
+    uint32_t found = 0;
+    pthread_mutex_lock(&pyloc_lock);
+    for (uint32_t i = (uint32_t)h & (LC_PYLOC_INDEX - 1);; i = (i + 1) & (LC_PYLOC_INDEX - 1)) {
+        uint32_t k = pyloc_index[i];
+        if (k && strcmp(pyloc_text[k], text) == 0) {
+            found = k;
+            break;
+        }
+        if (!k) {
+            if (pyloc_n < LC_PYLOC_MAX) {
+                found = ++pyloc_n;
+                lc_scopy(pyloc_text[found], LC_PYLOC_TEXT, text);
+                pyloc_index[i] = found;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&pyloc_lock);
+    return found;
+}
+
+static int pyloc_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    (void)obj, (void)arg;
+    lc_heap_own_enter();
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);
+    PyFrameObject *f = frame;
+    Py_XINCREF(f);
+    if (what == PyTrace_RETURN && f) {   /* the caller runs on */
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    uint32_t loc = 0;
+    int machinery = 0;
+    while (f) {
+        PyCodeObject *co = PyFrame_GetCode(f);
+        const char *file = PyUnicode_AsUTF8(co->co_filename);
+        if (!file) PyErr_Clear();
+        if (file && !importlib_frame(file)) {
+            char text[LC_PYLOC_TEXT];
+            snprintf(text, sizeof text, "%s:%d", file, PyFrame_GetLineNumber(f));
+            loc = pyloc_intern(text);
+            Py_DECREF(co);
+            break;
+        }
+        machinery = 1;
+        Py_DECREF(co);
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    Py_XDECREF(f);
+    if (!loc && machinery) loc = pyloc_intern("(only the import machinery's frames: imported from C)");
+    lc_heap_set_pyloc(loc);
+    PyErr_Restore(et, ev, etb);
+    lc_heap_own_leave();
+    return 0;
+}
+
+void wk_heap_lines_attach(void)
+{
+    if (!heap_lines) return;
+    lc_heap_set_pyloc(0);
+    PyEval_SetProfile(pyloc_profile, NULL);
+}
+
+void wk_heap_lines_detach(void) { lc_heap_set_pyloc(0); }
+
+/* The Python line of the first of the site's live sample blocks that has
+ * one, or one P record saying why there is none. */
+static void report_heap_python_lines(uint32_t id, const lc_site_info *info)
+{
+    int sampled = 0;
+    for (int i = 0; i < LC_SAMPLES; i++) {
+        if (!info->samples[i]) continue;
+        sampled++;
+        uint32_t loc = lc_heap_sample_pyloc(info->samples[i]);
+        if (loc) {
+            pyline(id, 0, pyloc_text[loc]);
+            return;
+        }
+    }
+    pyline(id, 0, !sampled ? "(none: no block of the site stayed allocated in the Python-lines pass)"
+                           : "(none: no Python frame ran on the allocating thread)");
+}
+
 /* --- C frames -------------------------------------------------------------- */
 /* Allocator entry points are not the interesting frame: skip them.  C heap:
  * the worker's own malloc & co (this program), libstdc++'s operator new and
@@ -298,7 +425,11 @@ void wk_report_where(const lc_schedule *s)
         lc_enc_site(&line, r->id, dom[r->info.domain], r->info.bytes, r->info.blocks);
         wk_emit(&line);
         report_frames(r, self_object);
-        if (py_traceback && r->info.domain != LC_SITE_HEAP) report_python_lines(r->id, &r->info);
+        if (r->info.domain == LC_SITE_HEAP) {
+            if (heap_lines) report_heap_python_lines(r->id, &r->info);
+        } else if (py_traceback) {
+            report_python_lines(r->id, &r->info);
+        }
     }
     lc_symbols_close();
     free(l.rows);

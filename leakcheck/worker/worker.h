@@ -54,6 +54,13 @@ void wk_list_extensions(void);                     /* X records */
  * 0 when it is unavailable (an I record says why). */
 #define LC_PY_PASS_CYCLES 2
 int wk_start_tracemalloc(void);
+/* One more cycle after those gives C-heap sites their Python line
+ * (where.c): wk_start_heap_lines() 1 if the C-heap meter is there; then
+ * wk_heap_lines_attach() in that cycle's interpreter, right after it was
+ * created, and wk_heap_lines_detach() after it ended. */
+int wk_start_heap_lines(void);
+void wk_heap_lines_attach(void);
+void wk_heap_lines_detach(void);
 void wk_report_where(const lc_schedule *s);
 
 #endif
