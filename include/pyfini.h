@@ -80,6 +80,18 @@
  *       its builtins dict is not told apart. No effect on 3.13.2+/3.14+
  *       (PyUnstable_AtExit is used there). Define it alike in every file of
  *       one copy.
+ *   PYFINI_TEST_FAULTS(site)
+ *       TEST BUILDS ONLY (tests/test_faults.c walks it): an expression in
+ *       front of every Python object creation and allocating CPython call
+ *       pyfini makes (capsules, callables, strings, weak references, dict
+ *       stores, imports, method calls, thread states, exit hooks); `site` is a
+ *       string literal naming the call. When it is non-zero the call is not
+ *       made and fails the way CPython's does on an allocation failure:
+ *       MemoryError set and NULL / -1 returned (NULL without an exception
+ *       where CPython clears it: PyDict_GetItemString, PyThreadState_New).
+ *       pyfini's own records fail through PYFINI_CALLOC returning NULL.
+ *       Undefined (the default), every call is compiled exactly as written:
+ *       no code, no cost. Define it alike in every file of the test.
  *   PYFINI_IMPLEMENTATION
  *       accepted, no effect (see above).
  *
@@ -131,6 +143,19 @@
 #ifndef PYFINI_CALLOC
 #  define PYFINI_CALLOC(n, size) calloc((n), (size))
 #  define PYFINI_FREE(p) free(p)
+#endif
+/* The test-build fault hook (PYFINI_TEST_FAULTS): PYFINI__NEW wraps a call
+   returning a pointer (NULL on failure, MemoryError), PYFINI__NEG one
+   returning an int (-1, MemoryError), PYFINI__QUIET one that CPython makes
+   return NULL WITHOUT an exception on an allocation failure. */
+#ifdef PYFINI_TEST_FAULTS
+#  define PYFINI__NEW(site, call) (pyfini__fault(site, 1) ? NULL : (call))
+#  define PYFINI__NEG(site, call) (pyfini__fault(site, 1) ? -1 : (call))
+#  define PYFINI__QUIET(site, call) (pyfini__fault(site, 0) ? NULL : (call))
+#else
+#  define PYFINI__NEW(site, call) (call)
+#  define PYFINI__NEG(site, call) (call)
+#  define PYFINI__QUIET(site, call) (call)
 #endif
 #if defined(PYFINI_DECLS_ONLY) && !defined(PYFINI_FUNC)
 #  error "PYFINI_DECLS_ONLY needs PYFINI_FUNC, defined alike in every file that includes pyfini.h"
@@ -611,6 +636,22 @@ PYFINI__UNUSED static pyfini__root *pyfini__running_root = NULL;
    made it (the pythoncapi_compat.h way). Nothing else in this file tests
    PY_VERSION_HEX beyond the 3.11 minimum in section 1. */
 
+#ifdef PYFINI_TEST_FAULTS
+/* The test's fault hook (section 1): 1 if the call at `site` must fail now,
+   with a MemoryError set when `raise`. */
+static inline int pyfini__fault(const char *site, int raise)
+{
+    (void)site;   /* a hook may ignore it */
+    if (!(PYFINI_TEST_FAULTS(site))) {
+        return 0;
+    }
+    if (raise) {
+        PyErr_NoMemory();
+    }
+    return 1;
+}
+#endif
+
 /* gh-108867 added PyThreadState_GetUnchecked() to Python 3.13.0a1; before,
    it was the private _PyThreadState_UncheckedGet(). The attached thread
    state or NULL; never fails. */
@@ -650,7 +691,8 @@ static inline int pyfini__exit_hook_add(PyInterpreterState *interp, void (*func)
 {
 #if PY_VERSION_HEX >= 0x030D00A1
     if (pyfini__exit_hook_reliable()) {
-        return PyUnstable_AtExit(interp, func, data);
+        return PYFINI__NEG("exit_hook_add PyUnstable_AtExit",
+                           PyUnstable_AtExit(interp, func, data));
     }
 #endif
     (void)interp;
@@ -730,11 +772,11 @@ static inline int pyfini__state_dict_usable(void)
    PyDict_SetItemString (which interns) would lose bytes per interpreter. */
 static inline int pyfini__dict_set(PyObject *dict, const char *key, PyObject *value)
 {
-    PyObject *k = PyUnicode_FromString(key);
+    PyObject *k = PYFINI__NEW("dict_set PyUnicode_FromString", PyUnicode_FromString(key));
     if (k == NULL) {
         return -1;
     }
-    int rc = PyDict_SetItem(dict, k, value);
+    int rc = PYFINI__NEG("dict_set PyDict_SetItem", PyDict_SetItem(dict, k, value));
     Py_DECREF(k);
     return rc;
 }
@@ -745,8 +787,9 @@ static inline int pyfini__dict_set(PyObject *dict, const char *key, PyObject *va
    CPython itself loses per interpreter. */
 static inline PyObject *pyfini__imported_module(const char *name)
 {
-    PyObject *n = PyUnicode_FromString(name);
-    PyObject *mod = n ? PyImport_GetModule(n) : NULL;
+    PyObject *n = PYFINI__NEW("imported_module PyUnicode_FromString", PyUnicode_FromString(name));
+    PyObject *mod = n ? PYFINI__NEW("imported_module PyImport_GetModule", PyImport_GetModule(n))
+                      : NULL;
     Py_XDECREF(n);
     PyErr_Clear();
     return mod;
@@ -755,7 +798,8 @@ static inline PyObject *pyfini__imported_module(const char *name)
 /* obj.method(arg); 0, or -1 with an exception. */
 static inline int pyfini__call_method(PyObject *obj, const char *method, PyObject *arg)
 {
-    PyObject *r = PyObject_CallMethod(obj, method, "O", arg);
+    PyObject *r = PYFINI__NEW("call_method PyObject_CallMethod",
+                              PyObject_CallMethod(obj, method, "O", arg));
     if (r == NULL) {
         return -1;
     }
@@ -766,7 +810,7 @@ static inline int pyfini__call_method(PyObject *obj, const char *method, PyObjec
 /* import module; module.method(arg); 0, or -1 with an exception. */
 static inline int pyfini__call_module(const char *module, const char *method, PyObject *arg)
 {
-    PyObject *mod = PyImport_ImportModule(module);
+    PyObject *mod = PYFINI__NEW("call_module PyImport_ImportModule", PyImport_ImportModule(module));
     int rc = mod ? pyfini__call_method(mod, method, arg) : -1;
     Py_XDECREF(mod);
     return rc;
@@ -1205,7 +1249,9 @@ static inline void pyfini__finder_set(pyfini__registry *reg, PyObject *builtins)
     if (builtins == NULL) {
         return;
     }
-    PyObject *finder = PyCapsule_New(reg, PYFINI__FINDER_CAPSULE, pyfini__finder_destructor);
+    PyObject *finder = PYFINI__NEW("finder_set PyCapsule_New",
+                                   PyCapsule_New(reg, PYFINI__FINDER_CAPSULE,
+                                                 pyfini__finder_destructor));
     reg->finder_replanting = 1;
     if (finder == NULL || pyfini__dict_set(builtins, PYFINI_REGISTRY_KEY, finder) < 0) {
         PyErr_Clear();
@@ -1310,13 +1356,16 @@ static inline pyfini__registry *pyfini__registry_publish(PyObject *dict, PyObjec
                                                          pyfini__registry *reg, int *won)
 {
     *won = 0;
-    PyObject *mine = PyCapsule_New(reg, PYFINI_REGISTRY_KEY, pyfini__registry_capsule_destructor);
+    PyObject *mine = PYFINI__NEW("registry_publish PyCapsule_New",
+                                 PyCapsule_New(reg, PYFINI_REGISTRY_KEY,
+                                               pyfini__registry_capsule_destructor));
     if (mine == NULL) {
         pyfini__fail_from_exception("cannot create the registry");
         pyfini__free_registry(reg);
         return NULL;
     }
-    PyObject *winner = PyDict_SetDefault(dict, key, mine);   /* borrowed */
+    PyObject *winner = PYFINI__NEW("registry_publish PyDict_SetDefault",
+                                   PyDict_SetDefault(dict, key, mine));   /* borrowed */
     if (winner == NULL) {
         pyfini__fail_from_exception("cannot publish the registry");
         Py_DECREF(mine);
@@ -1381,7 +1430,8 @@ static inline pyfini__registry *pyfini__registry_in_state_dict(int create)
         pyfini__fail(PyExc_RuntimeError, "the interpreter has no state dict");
         return NULL;
     }
-    PyObject *key = PyUnicode_FromString(PYFINI_REGISTRY_KEY);
+    PyObject *key = PYFINI__NEW("registry_in_state_dict PyUnicode_FromString",
+                                PyUnicode_FromString(PYFINI_REGISTRY_KEY));
     if (key == NULL) {
         pyfini__fail_from_exception("cannot look up the registry");
         return NULL;
@@ -1478,11 +1528,12 @@ PYFINI__UNUSED static PyMethodDef pyfini__pre_end_def = {
    with an exception. */
 static inline PyObject *pyfini__marker_new(pyfini__registry *reg, PyMethodDef *def)
 {
-    PyObject *cap = PyCapsule_New(reg, PYFINI__MARKER_CAPSULE, NULL);
+    PyObject *cap = PYFINI__NEW("marker_new PyCapsule_New",
+                                PyCapsule_New(reg, PYFINI__MARKER_CAPSULE, NULL));
     if (cap == NULL) {
         return NULL;
     }
-    PyObject *fn = PyCFunction_New(def, cap);
+    PyObject *fn = PYFINI__NEW("marker_new PyCFunction_New", PyCFunction_New(def, cap));
     Py_DECREF(cap);
     return fn;
 }
@@ -1679,7 +1730,9 @@ PYFINI__UNUSED static PyMethodDef pyfini__hook_def = {
 static inline int pyfini__entry_add_python(pyfini__registry *reg, pyfini__entry *e)
 {
     int phase = e->phase;
-    PyObject *cap = PyCapsule_New(e, PYFINI__ENTRY_CAPSULE, pyfini__entry_capsule_destructor);
+    PyObject *cap = PYFINI__NEW("entry_add_python PyCapsule_New",
+                                PyCapsule_New(e, PYFINI__ENTRY_CAPSULE,
+                                              pyfini__entry_capsule_destructor));
     if (cap == NULL) {
         PYFINI_FREE(e);
         return pyfini__fail_from_exception("cannot register");
@@ -1991,7 +2044,8 @@ static inline void pyfini__post_plant(pyfini__registry *reg, PyObject *builtins,
         pyfini__finder_set(reg, builtins);
     }
     /* delete first so that the key is appended: last to be released */
-    if (PyDict_DelItemString(builtins, PYFINI__POST_KEY) < 0) {
+    if (PYFINI__NEG("post_plant PyDict_DelItemString",
+                    PyDict_DelItemString(builtins, PYFINI__POST_KEY)) < 0) {
         PyErr_Clear();
     }
     if (pyfini__dict_set(builtins, PYFINI__POST_KEY, post) == 0) {
@@ -2028,8 +2082,9 @@ static inline void pyfini__registry_released(PyObject *capsule)
         pyfini__track_prune(r);
     }
     PyObject *builtins = reg->builtins;
-    PyObject *post = builtins ? PyCapsule_New(reg, PYFINI__POST_CAPSULE,
-                                              pyfini__post_capsule_destructor)
+    PyObject *post = builtins ? PYFINI__NEW("registry_released PyCapsule_New",
+                                            PyCapsule_New(reg, PYFINI__POST_CAPSULE,
+                                                          pyfini__post_capsule_destructor))
                               : NULL;
     if (post != NULL) {
         pyfini__post_plant(reg, builtins, post);
@@ -2173,7 +2228,7 @@ static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void
                             "can no longer be attached from a sub-interpreter");
     }
     PyThreadState *mine = PyEval_SaveThread();
-    PyThreadState *ts = PyThreadState_New(main_interp);
+    PyThreadState *ts = PYFINI__QUIET("in_main PyThreadState_New", PyThreadState_New(main_interp));
     if (ts == NULL) {
         PyEval_RestoreThread(mine);
         return pyfini__fail(PyExc_MemoryError, "RUNTIME_SHUTDOWN: cannot create a thread state "
@@ -2463,7 +2518,7 @@ static int pyfini__state_track_impl(pyfini__registry *reg, const pyfini_state_de
         return pyfini__fail(PyExc_ValueError, "pyfini_track: a static type never dies; "
                                               "track heap types and instances");
     }
-    PyObject *wr = PyWeakref_NewRef(obj, NULL);
+    PyObject *wr = PYFINI__NEW("state_track_impl PyWeakref_NewRef", PyWeakref_NewRef(obj, NULL));
     if (wr == NULL) {
         return pyfini__fail_from_exception("pyfini_track");
     }
