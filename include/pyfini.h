@@ -1493,6 +1493,20 @@ static inline int pyfini__pre_register(PyObject *fn)
 /* USER's begin marker, registered at PRE_SHUTDOWN's end (section 8). */
 static inline int pyfini__user_marker_register(pyfini__registry *reg);
 
+/* At PRE_SHUTDOWN's end: register USER's begin marker; if that fails (out
+   of memory) USER is taken to begin now, so that Python-level atexit
+   callbacks are not told PRE_SHUTDOWN: USER registrations made from now on
+   (threads still being joined) get RuntimeError instead of running. 0, or
+   -1 with the exception of the failure set. */
+static inline int pyfini__user_marker_or_phase(pyfini__registry *reg)
+{
+    if (pyfini__user_marker_register(reg) == 0) {
+        return 0;
+    }
+    pyfini__set_phase(reg, PYFINI_USER);
+    return -1;
+}
+
 /* A marker callable (self: a PYFINI__MARKER_CAPSULE) was called: `phase`
    has begun. Its registry, or NULL with an exception. */
 static inline pyfini__registry *pyfini__marker_hit(PyObject *self, int phase)
@@ -1515,7 +1529,7 @@ PYFINI__UNUSED static PyObject *pyfini__pre_end(PyObject *self, PyObject *unused
     if (reg == NULL) {
         return NULL;
     }
-    if (pyfini__user_marker_register(reg) < 0) {
+    if (pyfini__user_marker_or_phase(reg) < 0) {
         PyErr_WriteUnraisable(NULL);
     }
     Py_RETURN_NONE;
@@ -1540,17 +1554,15 @@ static inline PyObject *pyfini__marker_new(pyfini__registry *reg, PyMethodDef *d
 
 /* Module `name` (new reference) if marker `bit` is not in yet and the module
    has been imported (never imported just for a marker; see
-   pyfini__imported_module); the bit is then set. Else NULL. */
+   pyfini__imported_module). Else NULL. The caller sets the bit once the
+   marker is in: one that could not be registered (out of memory) is
+   retried by the next lookup. */
 static inline PyObject *pyfini__marker_due(pyfini__registry *reg, int bit, const char *name)
 {
     if (reg->sentinel_installed & bit) {
         return NULL;
     }
-    PyObject *mod = pyfini__imported_module(name);
-    if (mod != NULL) {
-        reg->sentinel_installed |= bit;
-    }
-    return mod;
+    return pyfini__imported_module(name);
 }
 
 /* Install the PRE_SHUTDOWN marker once `threading` has been imported in the
@@ -1568,18 +1580,19 @@ static inline void pyfini__pre_marker_install(pyfini__registry *reg)
     Py_XDECREF(fn);
     Py_DECREF(threading);
     if (rc == 0) {
+        reg->sentinel_installed |= PYFINI__MARKER_PRE;
         return;
     }
-    if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+    if (fn != NULL && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
         /* threading is already shutting down: PRE_SHUTDOWN has begun */
         PyErr_Clear();
+        reg->sentinel_installed |= PYFINI__MARKER_PRE;
         reg->phase = PYFINI_PRE_SHUTDOWN;
-        if (pyfini__user_marker_register(reg) < 0) {
-            PyErr_Clear();
-        }
+        pyfini__user_marker_or_phase(reg);
+        PyErr_Clear();
         return;
     }
-    PyErr_Clear();
+    PyErr_Clear();   /* out of memory: retried by the next lookup */
 }
 
 /* ======================================================================== */
@@ -1630,8 +1643,10 @@ static inline void pyfini__user_marker_install(pyfini__registry *reg)
         return;
     }
     Py_DECREF(atexit);
-    if (pyfini__user_marker_register(reg) < 0) {
-        PyErr_Clear();
+    if (pyfini__user_marker_register(reg) == 0) {
+        reg->sentinel_installed |= PYFINI__MARKER_USER;
+    } else {
+        PyErr_Clear();   /* out of memory: retried by the next lookup */
     }
 }
 
