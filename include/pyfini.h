@@ -1753,8 +1753,15 @@ static inline int pyfini__entry_add_python(pyfini__registry *reg, pyfini__entry 
         return pyfini__fail_from_exception("cannot register");
     }
     pyfini__push(&reg->heads[phase], &reg->counts[phase], e);
-    PyObject *fn = PyCFunction_New(&pyfini__hook_def, cap);
-    Py_DECREF(cap);        /* on failure this frees e (state pending, phase not begun) */
+    PyObject *fn = PYFINI__NEW("entry_add_python PyCFunction_New",
+                               PyCFunction_New(&pyfini__hook_def, cap));
+    if (fn == NULL) {
+        /* never registered: the release below frees e and must neither run
+           it (a USER entry made during PRE_SHUTDOWN would) nor report it
+           as dropped */
+        e->state = PYFINI__CANCELLED;
+    }
+    Py_DECREF(cap);        /* on failure this frees e */
     if (fn == NULL) {
         return pyfini__fail_from_exception("cannot register");
     }
