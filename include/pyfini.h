@@ -1459,7 +1459,22 @@ static inline pyfini__registry *pyfini__registry_in_state_dict(int create)
 static inline pyfini__registry *pyfini__registry_get(int create)
 {
     PyObject *builtins = pyfini__builtins();
-    PyObject *finder = builtins ? PyDict_GetItemString(builtins, PYFINI_REGISTRY_KEY) : NULL;
+    PyObject *finder = NULL;
+    if (builtins != NULL) {
+        /* not PyDict_GetItemString, which answers "absent" when it cannot
+           make the key: during teardown that would lose the registry */
+        PyObject *key = PYFINI__NEW("registry_get PyUnicode_FromString",
+                                    PyUnicode_FromString(PYFINI_REGISTRY_KEY));
+        finder = key ? PyDict_GetItemWithError(builtins, key) : NULL;   /* borrowed */
+        Py_XDECREF(key);
+        if (finder == NULL && PyErr_Occurred()) {
+            if (!pyfini__state_dict_usable()) {
+                pyfini__fail_from_exception("cannot look up the registry");
+                return NULL;
+            }
+            PyErr_Clear();   /* the state dict has the registry: looked up below */
+        }
+    }
     if (finder != NULL && PyCapsule_IsValid(finder, PYFINI__FINDER_CAPSULE)) {
         return pyfini__registry_check(finder, PYFINI__FINDER_CAPSULE);   /* teardown */
     }
