@@ -2031,6 +2031,29 @@ static inline int pyfini__states_finalize(pyfini__registry *reg)
     return kept;
 }
 
+/* Take the finder out of the builtins dict before the registry is freed,
+   without allocating (no key string to make: PyDict_Next yields the key
+   object; deleting an existing key allocates nothing). Its destructor is
+   dropped first, so that even a finder left behind never reads the freed
+   registry when the builtins dict is deallocated. */
+static inline void pyfini__finder_remove(pyfini__registry *reg)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(reg->builtins, &pos, &key, &value)) {
+        if (PyCapsule_IsValid(value, PYFINI__FINDER_CAPSULE) &&
+            PyCapsule_GetPointer(value, PYFINI__FINDER_CAPSULE) == PYFINI_CAST(void *, reg)) {
+            PyCapsule_SetDestructor(value, NULL);
+            Py_INCREF(key);
+            if (PyDict_DelItem(reg->builtins, key) < 0) {
+                PyErr_Clear();
+            }
+            Py_DECREF(key);
+            return;
+        }
+    }
+}
+
 /* The runner. */
 static inline void pyfini__run_post(pyfini__registry *reg)
 {
@@ -2050,9 +2073,7 @@ static inline void pyfini__run_post(pyfini__registry *reg)
     pyfini__states_finalize(reg);
     if (reg->finder_armed) {
         reg->finder_armed = 0;
-        if (PyDict_DelItemString(reg->builtins, PYFINI_REGISTRY_KEY) < 0) {
-            PyErr_Clear();
-        }
+        pyfini__finder_remove(reg);
     }
     pyfini__free_registry(reg);
 }
