@@ -1826,8 +1826,8 @@ static inline void pyfini__entry_cancel_python(pyfini__registry *reg, pyfini__en
    than PYFINI__ISLAND_MAX objects). */
 #define PYFINI__ISLAND_MAX 512
 typedef struct pyfini__island {
-    PyObject **objs;
-    Py_ssize_t *internal;
+    PyObject *objs[PYFINI__ISLAND_MAX];
+    Py_ssize_t internal[PYFINI__ISLAND_MAX];
     size_t n, cap;
     PyObject *type;
     int overflow;
@@ -1883,28 +1883,24 @@ static inline void pyfini__island_traverse(pyfini__island *is)
 
 static inline int pyfini__type_only_self_held(PyObject *type)
 {
+    /* on the stack (8 KiB on 64-bit): no allocation to fail at POST_SHUTDOWN,
+       where a failure would keep the type and report a leak */
     pyfini__island is;
     memset(&is, 0, sizeof is);
     is.cap = PYFINI__ISLAND_MAX;
     is.type = type;
-    is.objs = PYFINI_CAST(PyObject **, PYFINI_CALLOC(is.cap, sizeof(PyObject *)));
-    is.internal = PYFINI_CAST(Py_ssize_t *, PYFINI_CALLOC(is.cap, sizeof(Py_ssize_t)));
     int only = 0;
-    if (is.objs != NULL && is.internal != NULL) {
-        is.objs[is.n++] = type;
-        pyfini__island_traverse(&is);   /* collect */
-        if (!is.overflow) {
-            is.counting = 1;
-            pyfini__island_traverse(&is);   /* count references from inside */
-            only = 1;
-            for (size_t i = 0; i < is.n && only; i++) {
-                Py_ssize_t outside = Py_REFCNT(is.objs[i]) - is.internal[i] - (i == 0 ? 1 : 0);
-                only = outside == 0;
-            }
+    is.objs[is.n++] = type;
+    pyfini__island_traverse(&is);   /* collect */
+    if (!is.overflow) {
+        is.counting = 1;
+        pyfini__island_traverse(&is);   /* count references from inside */
+        only = 1;
+        for (size_t i = 0; i < is.n && only; i++) {
+            Py_ssize_t outside = Py_REFCNT(is.objs[i]) - is.internal[i] - (i == 0 ? 1 : 0);
+            only = outside == 0;
         }
     }
-    PYFINI_FREE(is.objs);
-    PYFINI_FREE(is.internal);
     return only;
 }
 
