@@ -843,7 +843,7 @@ static inline int pyfini__fail_nomem(void)
 /* "TypeName: message" of a fetched exception (type, value), into buf. */
 static inline void pyfini__exception_text(PyObject *type, PyObject *value, char *buf, size_t size)
 {
-    PyObject *s = value ? PyObject_Str(value) : NULL;
+    PyObject *s = value ? PYFINI__NEW("exception_text PyObject_Str", PyObject_Str(value)) : NULL;
     const char *m = s ? PyUnicode_AsUTF8(s) : NULL;
     if (m == NULL) {
         PyErr_Clear();
@@ -2293,7 +2293,9 @@ static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void
     int rc = fn(func, arg);
     pyfini__in_temporary_tstate = 0;
     char msg[PYFINI__ERROR_MAX] = "";
+    int nomem = 0;
     if (rc < 0 && PyErr_Occurred()) {
+        nomem = PyErr_ExceptionMatches(PyExc_MemoryError);
         pyfini__fail_from_exception("in the main interpreter");
         snprintf(msg, sizeof msg, "%s", pyfini__error_buf + strlen(PYFINI__ERROR_PREFIX));
         PyErr_Clear();
@@ -2302,8 +2304,9 @@ static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void
     PyThreadState_DeleteCurrent();
     PyEval_RestoreThread(mine);
     if (rc < 0) {
-        return pyfini__fail(PyExc_RuntimeError, msg[0] ? msg : "RUNTIME_SHUTDOWN: failed in the "
-                                                               "main interpreter");
+        /* out of memory stays a MemoryError (the documented error) */
+        return pyfini__fail(nomem ? PyExc_MemoryError : PyExc_RuntimeError,
+                            msg[0] ? msg : "RUNTIME_SHUTDOWN: failed in the main interpreter");
     }
     return rc;
 }
