@@ -2145,8 +2145,9 @@ static inline void pyfini__registry_released(PyObject *capsule)
         return;
     }
     PyErr_Clear();
-    fprintf(stderr, "pyfini: interpreter %lld: no builtins dict at the state-dict clear; "
-                    "running POST_SHUTDOWN early\n", (long long)reg->interp_id);
+    fprintf(stderr, "pyfini: interpreter %lld: %s at the state-dict clear; running "
+                    "POST_SHUTDOWN early\n", (long long)reg->interp_id,
+            builtins ? "out of memory" : "no builtins dict");
     pyfini__run_post(reg);
 }
 
