@@ -384,8 +384,10 @@ PYFINI_FUNC void *pyfini_state(const pyfini_state_def *def);
 
 /* Like pyfini_state, but never creates: NULL WITHOUT an exception if the
    state does not exist (yet, or any more) in the current interpreter; NULL
-   with an exception only for a bad def. Safe from tp_traverse/tp_clear:
-   never waits for another thread's init and never creates a registry.
+   with an exception only for a bad def, or MemoryError when the registry
+   cannot be looked up during the interpreter's teardown (out of memory;
+   it replaces a pending exception). Safe from tp_traverse/tp_clear: never
+   waits for another thread's init and never creates a registry.
    Thread state: attached (none: NULL, no exception, as pyfini_state). */
 PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def);
 
