@@ -751,7 +751,9 @@ static int forked(long k)
 {
     char out[16384];
     main_k = k;
+    PyOS_BeforeFork();   /* paired with PyOS_AfterFork_Child / _Parent (3.13's import lock) */
     int status = run_in_child(forked_child, out, sizeof out);
+    PyOS_AfterFork_Parent();
     ck_assert_msg(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 10),
                   "run %ld: status 0x%x:\n%s", k, (unsigned)status, out);
     /* the site reached is the first line of a run that reached one */
