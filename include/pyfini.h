@@ -80,6 +80,18 @@
  *       its builtins dict is not told apart. No effect on 3.13.2+/3.14+
  *       (PyUnstable_AtExit is used there). Define it alike in every file of
  *       one copy.
+ *   PYFINI_TEST_FAULTS(site)
+ *       TEST BUILDS ONLY (tests/test_faults.c walks it): an expression in
+ *       front of every Python object creation and allocating CPython call
+ *       pyfini makes (capsules, callables, strings, weak references, dict
+ *       stores, imports, method calls, thread states, exit hooks); `site` is a
+ *       string literal naming the call. When it is non-zero the call is not
+ *       made and fails the way CPython's does on an allocation failure:
+ *       MemoryError set and NULL / -1 returned (NULL without an exception
+ *       where CPython clears it: PyDict_GetItemString, PyThreadState_New).
+ *       pyfini's own records fail through PYFINI_CALLOC returning NULL.
+ *       Undefined (the default), every call is compiled exactly as written:
+ *       no code, no cost. Define it alike in every file of the test.
  *   PYFINI_IMPLEMENTATION
  *       accepted, no effect (see above).
  *
@@ -131,6 +143,19 @@
 #ifndef PYFINI_CALLOC
 #  define PYFINI_CALLOC(n, size) calloc((n), (size))
 #  define PYFINI_FREE(p) free(p)
+#endif
+/* The test-build fault hook (PYFINI_TEST_FAULTS): PYFINI__NEW wraps a call
+   returning a pointer (NULL on failure, MemoryError), PYFINI__NEG one
+   returning an int (-1, MemoryError), PYFINI__QUIET one that CPython makes
+   return NULL WITHOUT an exception on an allocation failure. */
+#ifdef PYFINI_TEST_FAULTS
+#  define PYFINI__NEW(site, call) (pyfini__fault(site, 1) ? NULL : (call))
+#  define PYFINI__NEG(site, call) (pyfini__fault(site, 1) ? -1 : (call))
+#  define PYFINI__QUIET(site, call) (pyfini__fault(site, 0) ? NULL : (call))
+#else
+#  define PYFINI__NEW(site, call) (call)
+#  define PYFINI__NEG(site, call) (call)
+#  define PYFINI__QUIET(site, call) (call)
 #endif
 #if defined(PYFINI_DECLS_ONLY) && !defined(PYFINI_FUNC)
 #  error "PYFINI_DECLS_ONLY needs PYFINI_FUNC, defined alike in every file that includes pyfini.h"
@@ -359,8 +384,10 @@ PYFINI_FUNC void *pyfini_state(const pyfini_state_def *def);
 
 /* Like pyfini_state, but never creates: NULL WITHOUT an exception if the
    state does not exist (yet, or any more) in the current interpreter; NULL
-   with an exception only for a bad def. Safe from tp_traverse/tp_clear:
-   never waits for another thread's init and never creates a registry.
+   with an exception only for a bad def, or MemoryError when the registry
+   cannot be looked up during the interpreter's teardown (out of memory;
+   it replaces a pending exception). Safe from tp_traverse/tp_clear: never
+   waits for another thread's init and never creates a registry.
    Thread state: attached (none: NULL, no exception, as pyfini_state). */
 PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def);
 
@@ -611,6 +638,22 @@ PYFINI__UNUSED static pyfini__root *pyfini__running_root = NULL;
    made it (the pythoncapi_compat.h way). Nothing else in this file tests
    PY_VERSION_HEX beyond the 3.11 minimum in section 1. */
 
+#ifdef PYFINI_TEST_FAULTS
+/* The test's fault hook (section 1): 1 if the call at `site` must fail now,
+   with a MemoryError set when `raise`. */
+static inline int pyfini__fault(const char *site, int raise)
+{
+    (void)site;   /* a hook may ignore it */
+    if (!(PYFINI_TEST_FAULTS(site))) {
+        return 0;
+    }
+    if (raise) {
+        PyErr_NoMemory();
+    }
+    return 1;
+}
+#endif
+
 /* gh-108867 added PyThreadState_GetUnchecked() to Python 3.13.0a1; before,
    it was the private _PyThreadState_UncheckedGet(). The attached thread
    state or NULL; never fails. */
@@ -650,7 +693,8 @@ static inline int pyfini__exit_hook_add(PyInterpreterState *interp, void (*func)
 {
 #if PY_VERSION_HEX >= 0x030D00A1
     if (pyfini__exit_hook_reliable()) {
-        return PyUnstable_AtExit(interp, func, data);
+        return PYFINI__NEG("exit_hook_add PyUnstable_AtExit",
+                           PyUnstable_AtExit(interp, func, data));
     }
 #endif
     (void)interp;
@@ -730,11 +774,11 @@ static inline int pyfini__state_dict_usable(void)
    PyDict_SetItemString (which interns) would lose bytes per interpreter. */
 static inline int pyfini__dict_set(PyObject *dict, const char *key, PyObject *value)
 {
-    PyObject *k = PyUnicode_FromString(key);
+    PyObject *k = PYFINI__NEW("dict_set PyUnicode_FromString", PyUnicode_FromString(key));
     if (k == NULL) {
         return -1;
     }
-    int rc = PyDict_SetItem(dict, k, value);
+    int rc = PYFINI__NEG("dict_set PyDict_SetItem", PyDict_SetItem(dict, k, value));
     Py_DECREF(k);
     return rc;
 }
@@ -745,8 +789,9 @@ static inline int pyfini__dict_set(PyObject *dict, const char *key, PyObject *va
    CPython itself loses per interpreter. */
 static inline PyObject *pyfini__imported_module(const char *name)
 {
-    PyObject *n = PyUnicode_FromString(name);
-    PyObject *mod = n ? PyImport_GetModule(n) : NULL;
+    PyObject *n = PYFINI__NEW("imported_module PyUnicode_FromString", PyUnicode_FromString(name));
+    PyObject *mod = n ? PYFINI__NEW("imported_module PyImport_GetModule", PyImport_GetModule(n))
+                      : NULL;
     Py_XDECREF(n);
     PyErr_Clear();
     return mod;
@@ -755,7 +800,8 @@ static inline PyObject *pyfini__imported_module(const char *name)
 /* obj.method(arg); 0, or -1 with an exception. */
 static inline int pyfini__call_method(PyObject *obj, const char *method, PyObject *arg)
 {
-    PyObject *r = PyObject_CallMethod(obj, method, "O", arg);
+    PyObject *r = PYFINI__NEW("call_method PyObject_CallMethod",
+                              PyObject_CallMethod(obj, method, "O", arg));
     if (r == NULL) {
         return -1;
     }
@@ -766,7 +812,7 @@ static inline int pyfini__call_method(PyObject *obj, const char *method, PyObjec
 /* import module; module.method(arg); 0, or -1 with an exception. */
 static inline int pyfini__call_module(const char *module, const char *method, PyObject *arg)
 {
-    PyObject *mod = PyImport_ImportModule(module);
+    PyObject *mod = PYFINI__NEW("call_module PyImport_ImportModule", PyImport_ImportModule(module));
     int rc = mod ? pyfini__call_method(mod, method, arg) : -1;
     Py_XDECREF(mod);
     return rc;
@@ -799,7 +845,7 @@ static inline int pyfini__fail_nomem(void)
 /* "TypeName: message" of a fetched exception (type, value), into buf. */
 static inline void pyfini__exception_text(PyObject *type, PyObject *value, char *buf, size_t size)
 {
-    PyObject *s = value ? PyObject_Str(value) : NULL;
+    PyObject *s = value ? PYFINI__NEW("exception_text PyObject_Str", PyObject_Str(value)) : NULL;
     const char *m = s ? PyUnicode_AsUTF8(s) : NULL;
     if (m == NULL) {
         PyErr_Clear();
@@ -1205,7 +1251,9 @@ static inline void pyfini__finder_set(pyfini__registry *reg, PyObject *builtins)
     if (builtins == NULL) {
         return;
     }
-    PyObject *finder = PyCapsule_New(reg, PYFINI__FINDER_CAPSULE, pyfini__finder_destructor);
+    PyObject *finder = PYFINI__NEW("finder_set PyCapsule_New",
+                                   PyCapsule_New(reg, PYFINI__FINDER_CAPSULE,
+                                                 pyfini__finder_destructor));
     reg->finder_replanting = 1;
     if (finder == NULL || pyfini__dict_set(builtins, PYFINI_REGISTRY_KEY, finder) < 0) {
         PyErr_Clear();
@@ -1310,13 +1358,16 @@ static inline pyfini__registry *pyfini__registry_publish(PyObject *dict, PyObjec
                                                          pyfini__registry *reg, int *won)
 {
     *won = 0;
-    PyObject *mine = PyCapsule_New(reg, PYFINI_REGISTRY_KEY, pyfini__registry_capsule_destructor);
+    PyObject *mine = PYFINI__NEW("registry_publish PyCapsule_New",
+                                 PyCapsule_New(reg, PYFINI_REGISTRY_KEY,
+                                               pyfini__registry_capsule_destructor));
     if (mine == NULL) {
         pyfini__fail_from_exception("cannot create the registry");
         pyfini__free_registry(reg);
         return NULL;
     }
-    PyObject *winner = PyDict_SetDefault(dict, key, mine);   /* borrowed */
+    PyObject *winner = PYFINI__NEW("registry_publish PyDict_SetDefault",
+                                   PyDict_SetDefault(dict, key, mine));   /* borrowed */
     if (winner == NULL) {
         pyfini__fail_from_exception("cannot publish the registry");
         Py_DECREF(mine);
@@ -1381,7 +1432,8 @@ static inline pyfini__registry *pyfini__registry_in_state_dict(int create)
         pyfini__fail(PyExc_RuntimeError, "the interpreter has no state dict");
         return NULL;
     }
-    PyObject *key = PyUnicode_FromString(PYFINI_REGISTRY_KEY);
+    PyObject *key = PYFINI__NEW("registry_in_state_dict PyUnicode_FromString",
+                                PyUnicode_FromString(PYFINI_REGISTRY_KEY));
     if (key == NULL) {
         pyfini__fail_from_exception("cannot look up the registry");
         return NULL;
@@ -1409,7 +1461,22 @@ static inline pyfini__registry *pyfini__registry_in_state_dict(int create)
 static inline pyfini__registry *pyfini__registry_get(int create)
 {
     PyObject *builtins = pyfini__builtins();
-    PyObject *finder = builtins ? PyDict_GetItemString(builtins, PYFINI_REGISTRY_KEY) : NULL;
+    PyObject *finder = NULL;
+    if (builtins != NULL) {
+        /* not PyDict_GetItemString, which answers "absent" when it cannot
+           make the key: during teardown that would lose the registry */
+        PyObject *key = PYFINI__NEW("registry_get PyUnicode_FromString",
+                                    PyUnicode_FromString(PYFINI_REGISTRY_KEY));
+        finder = key ? PyDict_GetItemWithError(builtins, key) : NULL;   /* borrowed */
+        Py_XDECREF(key);
+        if (finder == NULL && PyErr_Occurred()) {
+            if (!pyfini__state_dict_usable()) {
+                pyfini__fail_from_exception("cannot look up the registry");
+                return NULL;
+            }
+            PyErr_Clear();   /* the state dict has the registry: looked up below */
+        }
+    }
     if (finder != NULL && PyCapsule_IsValid(finder, PYFINI__FINDER_CAPSULE)) {
         return pyfini__registry_check(finder, PYFINI__FINDER_CAPSULE);   /* teardown */
     }
@@ -1443,6 +1510,20 @@ static inline int pyfini__pre_register(PyObject *fn)
 /* USER's begin marker, registered at PRE_SHUTDOWN's end (section 8). */
 static inline int pyfini__user_marker_register(pyfini__registry *reg);
 
+/* At PRE_SHUTDOWN's end: register USER's begin marker; if that fails (out
+   of memory) USER is taken to begin now, so that Python-level atexit
+   callbacks are not told PRE_SHUTDOWN: USER registrations made from now on
+   (threads still being joined) get RuntimeError instead of running. 0, or
+   -1 with the exception of the failure set. */
+static inline int pyfini__user_marker_or_phase(pyfini__registry *reg)
+{
+    if (pyfini__user_marker_register(reg) == 0) {
+        return 0;
+    }
+    pyfini__set_phase(reg, PYFINI_USER);
+    return -1;
+}
+
 /* A marker callable (self: a PYFINI__MARKER_CAPSULE) was called: `phase`
    has begun. Its registry, or NULL with an exception. */
 static inline pyfini__registry *pyfini__marker_hit(PyObject *self, int phase)
@@ -1465,7 +1546,7 @@ PYFINI__UNUSED static PyObject *pyfini__pre_end(PyObject *self, PyObject *unused
     if (reg == NULL) {
         return NULL;
     }
-    if (pyfini__user_marker_register(reg) < 0) {
+    if (pyfini__user_marker_or_phase(reg) < 0) {
         PyErr_WriteUnraisable(NULL);
     }
     Py_RETURN_NONE;
@@ -1478,28 +1559,27 @@ PYFINI__UNUSED static PyMethodDef pyfini__pre_end_def = {
    with an exception. */
 static inline PyObject *pyfini__marker_new(pyfini__registry *reg, PyMethodDef *def)
 {
-    PyObject *cap = PyCapsule_New(reg, PYFINI__MARKER_CAPSULE, NULL);
+    PyObject *cap = PYFINI__NEW("marker_new PyCapsule_New",
+                                PyCapsule_New(reg, PYFINI__MARKER_CAPSULE, NULL));
     if (cap == NULL) {
         return NULL;
     }
-    PyObject *fn = PyCFunction_New(def, cap);
+    PyObject *fn = PYFINI__NEW("marker_new PyCFunction_New", PyCFunction_New(def, cap));
     Py_DECREF(cap);
     return fn;
 }
 
 /* Module `name` (new reference) if marker `bit` is not in yet and the module
    has been imported (never imported just for a marker; see
-   pyfini__imported_module); the bit is then set. Else NULL. */
+   pyfini__imported_module). Else NULL. The caller sets the bit once the
+   marker is in: one that could not be registered (out of memory) is
+   retried by the next lookup. */
 static inline PyObject *pyfini__marker_due(pyfini__registry *reg, int bit, const char *name)
 {
     if (reg->sentinel_installed & bit) {
         return NULL;
     }
-    PyObject *mod = pyfini__imported_module(name);
-    if (mod != NULL) {
-        reg->sentinel_installed |= bit;
-    }
-    return mod;
+    return pyfini__imported_module(name);
 }
 
 /* Install the PRE_SHUTDOWN marker once `threading` has been imported in the
@@ -1517,18 +1597,19 @@ static inline void pyfini__pre_marker_install(pyfini__registry *reg)
     Py_XDECREF(fn);
     Py_DECREF(threading);
     if (rc == 0) {
+        reg->sentinel_installed |= PYFINI__MARKER_PRE;
         return;
     }
-    if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+    if (fn != NULL && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
         /* threading is already shutting down: PRE_SHUTDOWN has begun */
         PyErr_Clear();
+        reg->sentinel_installed |= PYFINI__MARKER_PRE;
         reg->phase = PYFINI_PRE_SHUTDOWN;
-        if (pyfini__user_marker_register(reg) < 0) {
-            PyErr_Clear();
-        }
+        pyfini__user_marker_or_phase(reg);
+        PyErr_Clear();
         return;
     }
-    PyErr_Clear();
+    PyErr_Clear();   /* out of memory: retried by the next lookup */
 }
 
 /* ======================================================================== */
@@ -1579,8 +1660,10 @@ static inline void pyfini__user_marker_install(pyfini__registry *reg)
         return;
     }
     Py_DECREF(atexit);
-    if (pyfini__user_marker_register(reg) < 0) {
-        PyErr_Clear();
+    if (pyfini__user_marker_register(reg) == 0) {
+        reg->sentinel_installed |= PYFINI__MARKER_USER;
+    } else {
+        PyErr_Clear();   /* out of memory: retried by the next lookup */
     }
 }
 
@@ -1679,14 +1762,23 @@ PYFINI__UNUSED static PyMethodDef pyfini__hook_def = {
 static inline int pyfini__entry_add_python(pyfini__registry *reg, pyfini__entry *e)
 {
     int phase = e->phase;
-    PyObject *cap = PyCapsule_New(e, PYFINI__ENTRY_CAPSULE, pyfini__entry_capsule_destructor);
+    PyObject *cap = PYFINI__NEW("entry_add_python PyCapsule_New",
+                                PyCapsule_New(e, PYFINI__ENTRY_CAPSULE,
+                                              pyfini__entry_capsule_destructor));
     if (cap == NULL) {
         PYFINI_FREE(e);
         return pyfini__fail_from_exception("cannot register");
     }
     pyfini__push(&reg->heads[phase], &reg->counts[phase], e);
-    PyObject *fn = PyCFunction_New(&pyfini__hook_def, cap);
-    Py_DECREF(cap);        /* on failure this frees e (state pending, phase not begun) */
+    PyObject *fn = PYFINI__NEW("entry_add_python PyCFunction_New",
+                               PyCFunction_New(&pyfini__hook_def, cap));
+    if (fn == NULL) {
+        /* never registered: the release below frees e and must neither run
+           it (a USER entry made during PRE_SHUTDOWN would) nor report it
+           as dropped */
+        e->state = PYFINI__CANCELLED;
+    }
+    Py_DECREF(cap);        /* on failure this frees e */
     if (fn == NULL) {
         return pyfini__fail_from_exception("cannot register");
     }
@@ -1736,8 +1828,8 @@ static inline void pyfini__entry_cancel_python(pyfini__registry *reg, pyfini__en
    than PYFINI__ISLAND_MAX objects). */
 #define PYFINI__ISLAND_MAX 512
 typedef struct pyfini__island {
-    PyObject **objs;
-    Py_ssize_t *internal;
+    PyObject *objs[PYFINI__ISLAND_MAX];
+    Py_ssize_t internal[PYFINI__ISLAND_MAX];
     size_t n, cap;
     PyObject *type;
     int overflow;
@@ -1793,28 +1885,24 @@ static inline void pyfini__island_traverse(pyfini__island *is)
 
 static inline int pyfini__type_only_self_held(PyObject *type)
 {
+    /* on the stack (8 KiB on 64-bit): no allocation to fail at POST_SHUTDOWN,
+       where a failure would keep the type and report a leak */
     pyfini__island is;
     memset(&is, 0, sizeof is);
     is.cap = PYFINI__ISLAND_MAX;
     is.type = type;
-    is.objs = PYFINI_CAST(PyObject **, PYFINI_CALLOC(is.cap, sizeof(PyObject *)));
-    is.internal = PYFINI_CAST(Py_ssize_t *, PYFINI_CALLOC(is.cap, sizeof(Py_ssize_t)));
     int only = 0;
-    if (is.objs != NULL && is.internal != NULL) {
-        is.objs[is.n++] = type;
-        pyfini__island_traverse(&is);   /* collect */
-        if (!is.overflow) {
-            is.counting = 1;
-            pyfini__island_traverse(&is);   /* count references from inside */
-            only = 1;
-            for (size_t i = 0; i < is.n && only; i++) {
-                Py_ssize_t outside = Py_REFCNT(is.objs[i]) - is.internal[i] - (i == 0 ? 1 : 0);
-                only = outside == 0;
-            }
+    is.objs[is.n++] = type;
+    pyfini__island_traverse(&is);   /* collect */
+    if (!is.overflow) {
+        is.counting = 1;
+        pyfini__island_traverse(&is);   /* count references from inside */
+        only = 1;
+        for (size_t i = 0; i < is.n && only; i++) {
+            Py_ssize_t outside = Py_REFCNT(is.objs[i]) - is.internal[i] - (i == 0 ? 1 : 0);
+            only = outside == 0;
         }
     }
-    PYFINI_FREE(is.objs);
-    PYFINI_FREE(is.internal);
     return only;
 }
 
@@ -1941,6 +2029,29 @@ static inline int pyfini__states_finalize(pyfini__registry *reg)
     return kept;
 }
 
+/* Take the finder out of the builtins dict before the registry is freed,
+   without allocating (no key string to make: PyDict_Next yields the key
+   object; deleting an existing key allocates nothing). Its destructor is
+   dropped first, so that even a finder left behind never reads the freed
+   registry when the builtins dict is deallocated. */
+static inline void pyfini__finder_remove(pyfini__registry *reg)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(reg->builtins, &pos, &key, &value)) {
+        if (PyCapsule_IsValid(value, PYFINI__FINDER_CAPSULE) &&
+            PyCapsule_GetPointer(value, PYFINI__FINDER_CAPSULE) == PYFINI_CAST(void *, reg)) {
+            PyCapsule_SetDestructor(value, NULL);
+            Py_INCREF(key);
+            if (PyDict_DelItem(reg->builtins, key) < 0) {
+                PyErr_Clear();
+            }
+            Py_DECREF(key);
+            return;
+        }
+    }
+}
+
 /* The runner. */
 static inline void pyfini__run_post(pyfini__registry *reg)
 {
@@ -1960,9 +2071,7 @@ static inline void pyfini__run_post(pyfini__registry *reg)
     pyfini__states_finalize(reg);
     if (reg->finder_armed) {
         reg->finder_armed = 0;
-        if (PyDict_DelItemString(reg->builtins, PYFINI_REGISTRY_KEY) < 0) {
-            PyErr_Clear();
-        }
+        pyfini__finder_remove(reg);
     }
     pyfini__free_registry(reg);
 }
@@ -1991,7 +2100,8 @@ static inline void pyfini__post_plant(pyfini__registry *reg, PyObject *builtins,
         pyfini__finder_set(reg, builtins);
     }
     /* delete first so that the key is appended: last to be released */
-    if (PyDict_DelItemString(builtins, PYFINI__POST_KEY) < 0) {
+    if (PYFINI__NEG("post_plant PyDict_DelItemString",
+                    PyDict_DelItemString(builtins, PYFINI__POST_KEY)) < 0) {
         PyErr_Clear();
     }
     if (pyfini__dict_set(builtins, PYFINI__POST_KEY, post) == 0) {
@@ -2028,16 +2138,18 @@ static inline void pyfini__registry_released(PyObject *capsule)
         pyfini__track_prune(r);
     }
     PyObject *builtins = reg->builtins;
-    PyObject *post = builtins ? PyCapsule_New(reg, PYFINI__POST_CAPSULE,
-                                              pyfini__post_capsule_destructor)
+    PyObject *post = builtins ? PYFINI__NEW("registry_released PyCapsule_New",
+                                            PyCapsule_New(reg, PYFINI__POST_CAPSULE,
+                                                          pyfini__post_capsule_destructor))
                               : NULL;
     if (post != NULL) {
         pyfini__post_plant(reg, builtins, post);
         return;
     }
     PyErr_Clear();
-    fprintf(stderr, "pyfini: interpreter %lld: no builtins dict at the state-dict clear; "
-                    "running POST_SHUTDOWN early\n", (long long)reg->interp_id);
+    fprintf(stderr, "pyfini: interpreter %lld: %s at the state-dict clear; running "
+                    "POST_SHUTDOWN early\n", (long long)reg->interp_id,
+            builtins ? "out of memory" : "no builtins dict");
     pyfini__run_post(reg);
 }
 
@@ -2173,7 +2285,7 @@ static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void
                             "can no longer be attached from a sub-interpreter");
     }
     PyThreadState *mine = PyEval_SaveThread();
-    PyThreadState *ts = PyThreadState_New(main_interp);
+    PyThreadState *ts = PYFINI__QUIET("in_main PyThreadState_New", PyThreadState_New(main_interp));
     if (ts == NULL) {
         PyEval_RestoreThread(mine);
         return pyfini__fail(PyExc_MemoryError, "RUNTIME_SHUTDOWN: cannot create a thread state "
@@ -2184,7 +2296,9 @@ static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void
     int rc = fn(func, arg);
     pyfini__in_temporary_tstate = 0;
     char msg[PYFINI__ERROR_MAX] = "";
+    int nomem = 0;
     if (rc < 0 && PyErr_Occurred()) {
+        nomem = PyErr_ExceptionMatches(PyExc_MemoryError);
         pyfini__fail_from_exception("in the main interpreter");
         snprintf(msg, sizeof msg, "%s", pyfini__error_buf + strlen(PYFINI__ERROR_PREFIX));
         PyErr_Clear();
@@ -2193,8 +2307,9 @@ static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void
     PyThreadState_DeleteCurrent();
     PyEval_RestoreThread(mine);
     if (rc < 0) {
-        return pyfini__fail(PyExc_RuntimeError, msg[0] ? msg : "RUNTIME_SHUTDOWN: failed in the "
-                                                               "main interpreter");
+        /* out of memory stays a MemoryError (the documented error) */
+        return pyfini__fail(nomem ? PyExc_MemoryError : PyExc_RuntimeError,
+                            msg[0] ? msg : "RUNTIME_SHUTDOWN: failed in the main interpreter");
     }
     return rc;
 }
@@ -2463,7 +2578,7 @@ static int pyfini__state_track_impl(pyfini__registry *reg, const pyfini_state_de
         return pyfini__fail(PyExc_ValueError, "pyfini_track: a static type never dies; "
                                               "track heap types and instances");
     }
-    PyObject *wr = PyWeakref_NewRef(obj, NULL);
+    PyObject *wr = PYFINI__NEW("state_track_impl PyWeakref_NewRef", PyWeakref_NewRef(obj, NULL));
     if (wr == NULL) {
         return pyfini__fail_from_exception("pyfini_track");
     }
