@@ -384,10 +384,11 @@ PYFINI_FUNC void *pyfini_state(const pyfini_state_def *def);
 
 /* Like pyfini_state, but never creates: NULL WITHOUT an exception if the
    state does not exist (yet, or any more) in the current interpreter; NULL
-   with an exception only for a bad def, or MemoryError when the registry
-   cannot be looked up during the interpreter's teardown (out of memory;
-   it replaces a pending exception). Safe from tp_traverse/tp_clear: never
-   waits for another thread's init and never creates a registry.
+   with an exception only for a bad def. Out of memory while looking the
+   registry up (during the interpreter's teardown) is also NULL without an
+   exception, with pyfini_last_error() saying so; a pending exception is
+   kept. Safe from tp_traverse/tp_clear: never raises but for a bad def,
+   never waits for another thread's init and never creates a registry.
    Thread state: attached (none: NULL, no exception, as pyfini_state). */
 PYFINI_FUNC void *pyfini_state_find(const pyfini_state_def *def);
 
@@ -2963,6 +2964,12 @@ static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, in
     PyObject *etype, *evalue, *etb;
     PyErr_Fetch(&etype, &evalue, &etb);
     void *data = pyfini__state_slow(def, mode, interp, epoch);
+    if (data == NULL && mode == PYFINI__FIND && PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        /* find never raises but for a bad def (tp_traverse may call it): out
+           of memory is "not found", pyfini_last_error() says why */
+        pyfini__fail(NULL, "pyfini_state_find: out of memory looking up the registry");
+        PyErr_Clear();
+    }
     if (data != NULL || !PyErr_Occurred()) {
         PyErr_Restore(etype, evalue, etb);
     } else {
