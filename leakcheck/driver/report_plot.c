@@ -56,6 +56,7 @@ int lc_plot_scan(const char *path, const lc_plot_scan_data *d, char *err, size_t
 #else
 #include <cairo-svg.h>
 #include <cairo.h>
+#include <fontconfig/fontconfig.h>
 
 int lc_plot_available(char *why, size_t n)
 {
@@ -145,6 +146,11 @@ static int plot_end(plot *p, const char *path, char *err, size_t errn)
     cairo_surface_finish(p->s);
     if (st == CAIRO_STATUS_SUCCESS) st = cairo_surface_status(p->s);
     cairo_surface_destroy(p->s);
+    /* cairo's font caches and fontconfig's configuration, loaded for the text,
+       are given back: the process ends without blocks a leak checker (ASan's,
+       valgrind) would report; both load again if another plot needs them */
+    cairo_debug_reset_static_data();
+    FcFini();
     if (st == CAIRO_STATUS_SUCCESS && rename(p->tmp, path) == 0) return 0;
     int e = errno;
     unlink(p->tmp);
