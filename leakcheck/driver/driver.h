@@ -9,6 +9,7 @@
  *   report_json.c  --json
  *   report_csv.c   --csv
  *   report_junit.c --junit (libxml2's xmlwriter)
+ *   report_plot.c  --plot (cairo's SVG surface)
  *   demo.c         --demo
  *   scan.c         --scan
  *   python.c       --python X.Y: find that CPython, build its worker once
@@ -38,6 +39,8 @@ typedef struct lc_request {
     int nimports;
     const char *code, *file, *python, *csv;
     const char *junit;          /* --junit FILE, or NULL */
+    const char *plot;           /* --plot FILE.svg, or NULL */
+    long jobs;                  /* --scan --jobs N: parallel workers (default: the cores) */
     long cycles, warmup;
     int cycles_set, warmup_set, config_set;
     double max_bytes, timeout;
@@ -148,6 +151,7 @@ typedef struct lc_run {
     long expected_cycles;   /* cycle records before 'D' counts as done (0: --list-extensions) */
     double timeout_s;
     int progress;       /* print a progress line on stderr */
+    int parallel;       /* one of --scan --jobs' threads: short waits (see run.c) */
     double started, drawn;   /* lc_now() at the start, at the last progress line */
     /* what the worker said */
     char version[64], abiflags[16], executable[1024], compiler[256], configs[256];
@@ -267,11 +271,37 @@ void lc_junit_python(const lc_run *r);   /* the CPython, for the suite's propert
  * a failed write leaves no half file); 0, or -1 with err set. */
 int lc_junit_write(const char *path, const char *mode, char *err, size_t errn);
 double lc_now(void);   /* CLOCK_MONOTONIC, in seconds */
+/* A file an option writes at the end (--junit, --plot): refused up front
+ * (usage error) when it is a directory or its directory is not writable. */
+void lc_check_output_path(const char *option, const char *path);
+
+/* --plot (report_plot.c): 1 when built with cairo (why: its version), else
+ * 0 (why: that the build has no cairo). */
+int lc_plot_available(char *why, size_t n);
+/* One check's meters per cycle; 0, or -1 with err set (nothing left at path). */
+int lc_plot_check(const char *path, const lc_request *q, const lc_run *r, const analysis *a, char *err, size_t errn);
+#define LC_PLOT_CONFIGS 2
+#define LC_PLOT_SCAN_TOP 20   /* --scan --plot: the modules drawn, worst first */
+typedef struct lc_plot_bar {
+    const char *module;
+    double loss[LC_PLOT_CONFIGS];          /* bytes lost per cycle (0: no LEAK cell) */
+    const char *status[LC_PLOT_CONFIGS];   /* the table's cell */
+} lc_plot_bar;
+typedef struct lc_plot_scan_data {
+    const char *title, *subtitle;
+    const char *configs[LC_PLOT_CONFIGS];
+    int nconfigs;
+    const lc_plot_bar *bars;   /* worst first */
+    size_t nbars;
+} lc_plot_scan_data;
+/* --scan: a bar chart of the modules' bytes lost per cycle; 0, or -1 with err set. */
+int lc_plot_scan(const char *path, const lc_plot_scan_data *d, char *err, size_t errn);
 void lc_print_subject(FILE *f, const lc_request *q);   /* "--import X --code '...'" or "(none: ...)" */
 
 /* --- modes ---------------------------------------------------------------- */
 int lc_demo(const lc_request *q);
 int lc_scan(const lc_request *q);
+long lc_cores(void);   /* the CPUs this process may run on: --jobs' default */
 
 /* --- finding the worker (python.c) --------------------------------------- */
 /* --python: path of a worker for that CPython (built into a cache once). */

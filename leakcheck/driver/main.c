@@ -42,6 +42,7 @@ static int run_check(const lc_request *q)
     double seconds = lc_now() - t0;
     if (r.outcome == LC_OUT_ERROR || r.outcome == LC_OUT_SPAWN) {
         lc_print_error(q, &r);
+        if (q->plot) fprintf(stderr, "pyfini-leakcheck: --plot %s: not written: no cycle ran\n", q->plot);
         if (q->junit) lc_junit_check(q, &r, NULL, LC_EXIT_USAGE, seconds);
         lc_run_free(&r);
         return 2;
@@ -52,25 +53,28 @@ static int run_check(const lc_request *q)
     if (q->junit) lc_junit_check(q, &r, &a, status, seconds);
     if (q->csv && lc_write_csv(q->csv, &r) != 0)
         fprintf(stderr, "pyfini-leakcheck: --csv %s: %s\n", q->csv, strerror(errno));
+    char err[LC_MESSAGE_MAX];
+    int plot_failed = q->plot && lc_plot_check(q->plot, q, &r, &a, err, sizeof err) != 0;
+    if (plot_failed) fprintf(stderr, "pyfini-leakcheck: %s\n", err);
     if (q->json) lc_print_json(q, &r, &a, status);
     else lc_print_report(stdout, q, &r, &a, status);
     lc_run_free(&r);
-    return status;
+    return plot_failed && !status ? LC_EXIT_USAGE : status;
 }
 
-/* --junit FILE: refused up front when FILE cannot be written (it is
- * written at the end, through a temporary file beside it). */
-static void check_junit_path(const char *path)
+/* --junit FILE, --plot FILE: refused up front when FILE cannot be written
+ * (it is written at the end, through a temporary file beside it). */
+void lc_check_output_path(const char *option, const char *path)
 {
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) lc_usage_error("--junit %s: is a directory", path);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) lc_usage_error("%s %s: is a directory", option, path);
     char dir[LC_PATH_MAX];
     lc_scopy(dir, sizeof dir, path);
     char *slash = strrchr(dir, '/');
     if (!slash) lc_scopy(dir, sizeof dir, ".");
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
-    if (access(dir, W_OK) != 0) lc_usage_error("--junit %s: cannot write in %s: %s", path, dir, strerror(errno));
+    if (access(dir, W_OK) != 0) lc_usage_error("%s %s: cannot write in %s: %s", option, path, dir, strerror(errno));
 }
 
 /* The run's status, or 2 when the JUnit report it asked for was not written. */
@@ -94,7 +98,8 @@ int main(int argc, char **argv)
     }
     int rc = q.python ? lc_worker_for_python(q.python, q.worker, sizeof q.worker, err, sizeof err)
                       : lc_default_worker(q.worker, sizeof q.worker, err, sizeof err);
-    if (q.junit) check_junit_path(q.junit);
+    if (q.junit) lc_check_output_path("--junit", q.junit);
+    if (q.plot) lc_check_output_path("--plot", q.plot);
     if (rc < 0) {
         fprintf(stderr, "pyfini-leakcheck: %s\n", err);
         if (q.junit) {

@@ -32,8 +32,8 @@ static void help_usage_and_configs(void)
         "                        [--import MOD]... [--code SRC] [--file F]\n"
         "                        [--cycles N] [--warmup W] [--no-baseline] [--python X.Y]\n"
         "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--junit FILE]\n"
-        "                        [--where] [--timeout S] [--no-allocator-wrapper] [--quiet]\n"
-        "                        [--scan] [--demo]\n"
+        "                        [--plot FILE.svg] [--where] [--timeout S]\n"
+        "                        [--no-allocator-wrapper] [--quiet] [--scan [--jobs N]] [--demo]\n"
         "       pyfini-leakcheck --version [--python X.Y] | --help\n"
         "\n"
         "Creates and ends CPython interpreters over and over, runs the subject in each,\n"
@@ -108,6 +108,11 @@ static void help_output(void)
         "                    (--scan: per module and config; --demo: per line).  LEAK is a\n"
         "                    failure; a crash, hang or failed subject an error; not judged\n"
         "                    is skipped, never passed; the report is the test case's text\n"
+        "  --plot FILE.svg   a picture of the run (SVG, drawn with cairo): one panel per judged\n"
+        "                    meter, its growth per round over the subject's and over the bare\n"
+        "                    cycles, warm-up shaded, the least-squares lines, the slope's 99%%\n"
+        "                    bound as a wedge, a red LEAK badge.  --scan: a bar chart of the\n"
+        "                    %d modules that lost the most bytes per cycle, one bar per config\n"
         "  --quiet           no progress line.  Without it, on a terminal only, one line on\n"
         "                    stderr is redrawn in place: cycle i/N, cycles/s, ETA, the readings\n"
         "                    of the bytes meters\n"
@@ -129,6 +134,9 @@ static void help_output(void)
         "                    --max-bytes-per-cycle apply to every row.  Exit status: 3 a\n"
         "                    module crashed or hung, 2 one failed (not found, raised), 1\n"
         "                    one leaks, 4 one was not judged, else 0.\n"
+        "  --jobs N          --scan: N modules at a time, each in its own worker process\n"
+        "                    (default: the cores this process may run on, here %ld).  The table\n"
+        "                    is the one a serial run (--jobs 1) prints: same rows, same order\n"
         "  --demo            bare legacy vs bare isolated interpreters, then --import json\n"
         "\n"
         "The run's verdict: LEAK if a bytes meter (rss, malloc, py*) judged LEAK or pyfini\n"
@@ -152,7 +160,7 @@ static void help_output(void)
         "\n"
         "  --version         the version, then the CPython a run would use (the build's,\n"
         "                    or that of --python X.Y) and its worker\n"
-        "  --help            this text\n", LC_SITES_PER_DOMAIN,
+        "  --help            this text\n", LC_PLOT_SCAN_TOP, LC_SITES_PER_DOMAIN, lc_cores(),
         lc_schedule_min_cycles(1, 1));
 }
 
@@ -186,7 +194,7 @@ static long parse_int(const char *name, const char *s, long min)
 
 enum { O_CONFIG = 1000, O_IMPORT, O_CODE, O_FILE, O_CYCLES, O_WARMUP, O_PYTHON, O_MAXB, O_JSON, O_CSV,
        O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_JUNIT, O_QUIET,
-       O_LAST = O_QUIET };
+       O_PLOT, O_JOBS, O_LAST = O_JOBS };
 
 static void set_config(lc_request *q, const char *name)
 {
@@ -222,6 +230,11 @@ static void apply_value(lc_request *q, int c, const char *val)
         set_once(&q->junit, "--junit", val);
         if (!*val) lc_usage_error("--junit needs a file name");
         break;
+    case O_PLOT:
+        set_once(&q->plot, "--plot", val);
+        if (!*val) lc_usage_error("--plot needs a file name");
+        break;
+    case O_JOBS: q->jobs = parse_int("--jobs", val, 1); break;
     case O_TIMEOUT: q->timeout = parse_num("--timeout", val, 0.1), q->timeout_set = 1; break;
     }
 }
@@ -264,6 +277,10 @@ static void check_request(const lc_request *q)
     if (q->scan && q->where)
         lc_usage_error("--scan runs few cycles per module and no --where: run --import MOD --where for one row");
     if (q->scan && q->csv) lc_usage_error("--scan writes no --csv: run --import MOD --csv FILE for one row");
+    if (q->jobs && !q->scan) lc_usage_error("--jobs %ld: only --scan runs workers in parallel", q->jobs);
+    if (q->plot && q->demo) lc_usage_error("--demo draws no --plot: run one check or --scan with --plot");
+    char why[256];
+    if (q->plot && !lc_plot_available(why, sizeof why)) lc_usage_error("--plot %s: %s", q->plot, why);
     if (q->demo && (q->scan || q->nimports || q->code || q->file))
         lc_usage_error("--demo runs its own subjects: no --scan, --import, --code or --file");
 }
@@ -281,6 +298,7 @@ void lc_parse_args(lc_request *q, int argc, char **argv)
         {"demo", no_argument, 0, O_DEMO},             {"help", no_argument, 0, O_HELP},
         {"version", no_argument, 0, O_VERSION},       {"no-allocator-wrapper", no_argument, 0, O_NOWRAP},
         {"junit", required_argument, 0, O_JUNIT},      {"quiet", no_argument, 0, O_QUIET},
+        {"plot", required_argument, 0, O_PLOT},       {"jobs", required_argument, 0, O_JOBS},
         {0, 0, 0, 0}};
     memset(q, 0, sizeof *q);
     q->config = &interp_configs[INTERP_LEGACY];

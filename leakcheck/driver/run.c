@@ -21,6 +21,9 @@ extern char **environ;
 #define LC_WORKER_ARGS (2 * LC_MAX_IMPORTS + 24)
 #define LC_LATE_OUTPUT_S 2   /* output read after the records end (a grandchild may hold the pipe) */
 #define LC_POLL_MAX_S 60   /* longest single wait in the read loop, seconds */
+/* ... with --scan --jobs N > 1: the thread that takes SIGINT/SIGTERM leaves
+   its wait at once, the others see the flag within this */
+#define LC_POLL_PARALLEL_S 0.2
 #define LC_READ_CHUNK 65536
 
 double lc_now(void)
@@ -339,7 +342,11 @@ static void feed(lc_run *r, line_buf *lb, const char *buf, size_t k)
  * longer) or no record came within the timeout; returns 1 on a timeout. */
 static int gather(lc_run *r, const int fds[3])
 {
-    static char buf[LC_READ_CHUNK];
+    char *buf = malloc(LC_READ_CHUNK);   /* not static: --scan --jobs runs gathers in threads */
+    if (!buf) {
+        fprintf(stderr, "pyfini-leakcheck: out of memory\n");
+        exit(3);
+    }
     line_buf lb = {0};
     int open_[3] = {1, 1, 1}, hung = 0;
     double last = lc_now(), rec_closed_at = 0;
@@ -351,25 +358,26 @@ static int gather(lc_run *r, const int fds[3])
         /* poll at most LC_POLL_MAX_S at a time: a huge --timeout must not
            overflow the int of poll() (the loop re-checks the time left) */
         double left_s = last + r->timeout_s - lc_now();
-        int left_ms = left_s > LC_POLL_MAX_S ? LC_POLL_MAX_S * 1000 : (int)(left_s * 1000);
+        double max_s = r->parallel ? LC_POLL_PARALLEL_S : LC_POLL_MAX_S;
+        int left_ms = left_s > max_s ? (int)(max_s * 1000) : (int)(left_s * 1000);
         if (left_ms <= 0 && open_[0]) {
             hung = 1;
             break;
         }
-        int n = poll(p, 3, open_[0] ? left_ms : 1000);
+        int n = poll(p, 3, open_[0] ? left_ms : (int)(max_s < 1 ? max_s * 1000 : 1000));
         if (n < 0) {
             if (errno == EINTR) continue;
             break;
         }
         for (int i = 1; i < 3; i++) {
             if (!p[i].revents) continue;
-            ssize_t k = read(fds[i], buf, sizeof buf);
+            ssize_t k = read(fds[i], buf, LC_READ_CHUNK);
             if (k <= 0) open_[i] = 0;
             else if (i == 1) keep_tail(r, buf, (size_t)k);
             else lc_output_feed(&r->err, buf, (size_t)k, tail_line, r);
         }
         if (p[0].revents) {
-            ssize_t k = read(fds[0], buf, sizeof buf);
+            ssize_t k = read(fds[0], buf, LC_READ_CHUNK);
             if (k <= 0) {
                 open_[0] = 0;
                 rec_closed_at = lc_now();
@@ -381,6 +389,7 @@ static int gather(lc_run *r, const int fds[3])
     }
     lc_output_end(&r->err, tail_line, r);
     free(lb.s);
+    free(buf);
     return hung;
 }
 
@@ -408,6 +417,7 @@ void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress
     r->expected_cycles = q->list_extensions ? 0 : lc_schedule_length(&r->sched);
     r->timeout_s = timeout;
     r->progress = progress_line;
+    r->parallel = q->jobs > 1;
     r->started = lc_now();
     r->outcome = LC_OUT_CRASH;
     r->exit_status = -1;

@@ -2,6 +2,8 @@
  * modules) in a legacy and an isolated interpreter, worst first. */
 #define _GNU_SOURCE
 #include <jansson.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,36 +247,152 @@ static int has_config(const lc_run *lr, int cfg)
     return 0;
 }
 
+/* --- the cells, run by --jobs threads ----------------------------------------
+ * Each cell is one worker process (lc_run_request); a thread takes the next
+ * cell not taken yet and writes only that cell.  The rows' severities, the
+ * --junit cases and the sort come after, in the serial order: the table of
+ * --jobs N is the table of --jobs 1. */
+typedef struct scan_job {
+    size_t row;
+    int col;
+    double seconds;
+} scan_job;
+
+typedef struct scan_pool {
+    scan_row *rows;
+    const scan_cols *cols;
+    const lc_request *q;
+    double timeout;
+    scan_job *jobs;
+    size_t njobs, next;
+    int tty;
+    pthread_mutex_t lock;
+} scan_pool;
+
+long lc_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
+/* The next job, or NULL when all are taken or a signal came. */
+static scan_job *take_job(scan_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    scan_job *j = p->next < p->njobs && !lc_interrupted() ? &p->jobs[p->next++] : NULL;
+    if (j && p->tty)
+        fprintf(stderr, "\r\033[K[pyfini-leakcheck] scan %zu/%zu %s (%s)", (size_t)(j - p->jobs) + 1, p->njobs,
+                p->rows[j->row].name, interp_configs[p->cols->cfg[j->col]].name),
+            fflush(stderr);
+    pthread_mutex_unlock(&p->lock);
+    return j;
+}
+
+static void *scan_thread(void *arg)
+{
+    scan_pool *p = arg;
+    for (scan_job *j; (j = take_job(p));) {
+        scan_row *row = &p->rows[j->row];
+        double t0 = lc_now();
+        scan_one(row, p->cols->cfg[j->col], &row->cell[j->col], p->q, p->timeout);
+        j->seconds = lc_now() - t0;
+    }
+    return NULL;
+}
+
+/* Run the pool's jobs in q->jobs threads (this one among them). */
+static void run_jobs(scan_pool *p)
+{
+    size_t nthreads = (size_t)(p->q->jobs > 1 ? p->q->jobs : 1);
+    if (nthreads > p->njobs) nthreads = p->njobs ? p->njobs : 1;
+    pthread_t *t = nthreads > 1 ? calloc(nthreads - 1, sizeof *t) : NULL;
+    size_t started = 0;
+    for (; t && started < nthreads - 1; started++)
+        if (pthread_create(&t[started], NULL, scan_thread, p) != 0) break;   /* fewer threads: still all jobs */
+    scan_thread(p);
+    for (size_t i = 0; i < started; i++) pthread_join(t[i], NULL);
+    free(t);
+}
+
 static void scan_all(scan_row *rows, size_t n, const scan_cols *cols, const lc_request *q, const lc_run *lr,
                      double timeout)
 {
-    int tty = lc_show_progress(q);
+    scan_pool p = {rows, cols, q, timeout, calloc(n * (size_t)cols->n + 1, sizeof(scan_job)), 0, 0,
+                   lc_show_progress(q), PTHREAD_MUTEX_INITIALIZER};
+    if (!p.jobs) {
+        fprintf(stderr, "pyfini-leakcheck: out of memory\n");
+        exit(3);
+    }
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < cols->n; k++) {
+            if (has_config(lr, cols->cfg[k])) {
+                p.jobs[p.njobs++] = (scan_job){i, k, 0};
+                continue;
+            }
+            scan_cell *c = &rows[i].cell[k];
+            snprintf(c->status, sizeof c->status, "n/a");
+            snprintf(c->message, sizeof c->message, "CPython %s has no %s interpreters (it has: %s)", lr->version,
+                     interp_configs[cols->cfg[k]].name, lr->configs);
+        }
+    run_jobs(&p);
+    if (p.tty) fprintf(stderr, "\r\033[K");
+    size_t j = 0;
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < cols->n; k++) {
             scan_cell *c = &rows[i].cell[k];
-            const interp_config *cfg = &interp_configs[cols->cfg[k]];
-            if (!has_config(lr, cols->cfg[k])) {
-                snprintf(c->status, sizeof c->status, "n/a");
-                snprintf(c->message, sizeof c->message, "CPython %s has no %s interpreters (it has: %s)", lr->version,
-                         cfg->name, lr->configs);
-                if (q->junit) junit_cell(&rows[i], c, cols->cfg[k], 0);
-                continue;
-            }
-            if (tty)
-                fprintf(stderr, "\r\033[K[pyfini-leakcheck] scan %zu/%zu %s (%s)", i + 1, n, rows[i].name, cfg->name),
-                    fflush(stderr);
-            if (lc_interrupted()) {
-                snprintf(c->status, sizeof c->status, "not run");
-                if (q->junit) junit_cell(&rows[i], c, cols->cfg[k], 0);
-                continue;
-            }
-            double t0 = lc_now();
-            scan_one(&rows[i], cols->cfg[k], c, q, timeout);
-            if (q->junit) junit_cell(&rows[i], c, cols->cfg[k], lc_now() - t0);
+            double seconds = j < p.njobs && p.jobs[j].row == i && p.jobs[j].col == k ? p.jobs[j++].seconds : 0;
+            if (!c->ran && !c->status[0]) snprintf(c->status, sizeof c->status, "not run");   /* interrupted */
+            if (q->junit) junit_cell(&rows[i], c, cols->cfg[k], seconds);
             if (c->severity > rows[i].severity) rows[i].severity = c->severity;
             if (c->severity == SEV_LEAK && c->loss > rows[i].loss) rows[i].loss = c->loss;
         }
-    if (tty) fprintf(stderr, "\r\033[K");
+    free(p.jobs);
+}
+
+/* --plot: the rows that lost bytes per cycle (a LEAK cell's figure), most first. */
+static int by_loss(const void *x, const void *y)
+{
+    const lc_plot_bar *a = x, *b = y;
+    double la = a->loss[0] > a->loss[1] ? a->loss[0] : a->loss[1];
+    double lb = b->loss[0] > b->loss[1] ? b->loss[0] : b->loss[1];
+    if (la != lb) return la < lb ? 1 : -1;
+    return strcmp(a->module, b->module);
+}
+
+static int plot_scan(const scan_row *rows, size_t n, const scan_cols *cols, const lc_request *q, const lc_run *lr)
+{
+    lc_plot_bar *bars = calloc(n + 1, sizeof *bars);
+    char title[256], subtitle[512], err[LC_MESSAGE_MAX];
+    if (!bars) {
+        fprintf(stderr, "pyfini-leakcheck: --plot %s: out of memory\n", q->plot);
+        return -1;
+    }
+    size_t nb = 0, leaking = 0;
+    for (size_t i = 0; i < n; i++) {
+        lc_plot_bar b = {rows[i].name, {0, 0}, {"", ""}};
+        for (int k = 0; k < cols->n; k++) {
+            const scan_cell *c = &rows[i].cell[k];
+            b.status[k] = c->status;
+            if (c->severity == SEV_LEAK && c->loss > 0) b.loss[k] = c->loss;
+        }
+        if (b.loss[0] > 0 || b.loss[1] > 0) bars[nb++] = b;
+    }
+    leaking = nb;
+    qsort(bars, nb, sizeof *bars, by_loss);
+    if (nb > LC_PLOT_SCAN_TOP) nb = LC_PLOT_SCAN_TOP;
+    snprintf(title, sizeof title, "pyfini-leakcheck --scan: CPython %s%s (%s build), %zu module%s", lr->version,
+             lr->abiflags, lr->debug ? "debug" : "release", n, lc_plural((long long)n));
+    snprintf(subtitle, sizeof subtitle, "bytes lost per cycle%s: the %zu of %zu module%s with a LEAK figure, most "
+             "first; %ld warm-up + %ld judged cycles each", q->baseline ? " beyond a bare cycle" : "", nb, leaking,
+             lc_plural((long long)leaking), q->warmup, q->cycles);
+    lc_plot_scan_data d = {title, subtitle, {NULL, NULL}, cols->n, bars, nb};
+    for (int k = 0; k < cols->n; k++) d.configs[k] = interp_configs[cols->cfg[k]].name;
+    int rc = lc_plot_scan(q->plot, &d, err, sizeof err);
+    if (rc) fprintf(stderr, "pyfini-leakcheck: %s\n", err);
+    free(bars);
+    return rc;
 }
 
 static void print_scan_json(const scan_row *rows, size_t n, const scan_cols *cols, const lc_request *q,
@@ -372,6 +490,7 @@ int lc_scan(const lc_request *q)
         return lr.outcome == LC_OUT_ERROR ? 2 : 3;
     }
     lc_request s = *q;
+    s.jobs = q->jobs ? q->jobs : lc_cores();
     s.cycles = q->cycles_set ? q->cycles : LC_SCAN_CYCLES;
     s.warmup = q->warmup_set ? q->warmup : LC_SCAN_WARMUP;
     double timeout = q->timeout_set ? q->timeout : LC_SCAN_TIMEOUT_S;
@@ -393,6 +512,7 @@ int lc_scan(const lc_request *q)
     qsort(rows, n, sizeof *rows, cmp_rows);
     int status = scan_status(rows, n);
     if (lc_interrupted()) status = LC_EXIT_INTERRUPTED;   /* the table shows the modules done */
+    if (q->plot && plot_scan(rows, n, &cols, &s, &lr) != 0 && !status) status = LC_EXIT_USAGE;
     if (q->json) print_scan_json(rows, n, &cols, &s, &lr, status);
     else print_scan_text(rows, n, &cols, &s, &lr, status);
     free(rows);

@@ -1184,6 +1184,147 @@ START_TEST(test_junit)
 }
 END_TEST
 
+/* --- --plot: the SVG parsed back with libxml2 ------------------------------
+ * The series are told apart by their colours (report_plot.c, leakcheck/
+ * README.md): stroked paths #1f77b4 (subject) and #ff7f0e (bare), filled
+ * #d62728 (a LEAK badge); scan bars filled #1f77b4 (legacy) and #ff7f0e
+ * (isolated), each config's legend swatch one more.  cairo 1.16 writes the
+ * paint in style="...", 1.18 in attributes: both are read. */
+#define SVG_SUBJECT 0x1f77b4
+#define SVG_BARE 0xff7f0e
+#define SVG_LEAK 0xd62728
+
+/* prop of an element: its attribute, else its style="..." property (a copy, or NULL) */
+static char *svg_prop(xmlNodePtr n, const char *prop)
+{
+    xmlChar *a = xmlGetProp(n, BAD_CAST prop);
+    if (a) {
+        char *v = strdup((const char *)a);
+        xmlFree(a);
+        return v;
+    }
+    xmlChar *st = xmlGetProp(n, BAD_CAST "style");
+    char *v = NULL;
+    size_t len = strlen(prop);
+    for (const char *p = st ? (const char *)st : ""; *p; p++) {
+        if ((p == (const char *)st || p[-1] == ';' || p[-1] == ' ') && !strncmp(p, prop, len) && p[len] == ':') {
+            const char *e = strchr(p + len + 1, ';');
+            v = strndup(p + len + 1, e ? (size_t)(e - p - len - 1) : strlen(p + len + 1));
+            break;
+        }
+    }
+    xmlFree(st);
+    return v;
+}
+
+/* "rgb(12.156863%,46.666667%,70.588235%)", "rgb(31, 119, 180)" or "#1f77b4" -> 0x1f77b4; -1 none */
+static long svg_rgb(const char *v)
+{
+    if (!v) return -1;
+    while (*v == ' ') v++;
+    if (*v == '#') return strtol(v + 1, NULL, 16);
+    if (strncmp(v, "rgb(", 4)) return -1;
+    long c = 0;
+    const char *p = v + 4;
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        double x = strtod(p, &end);
+        if (*end == '%') x = x * 255.0 / 100.0, end++;
+        c = c << 8 | (lround(x) & 255);
+        p = end + strspn(end, ", ");
+    }
+    return c;
+}
+
+/* Paths (outside the glyph symbols) painted with colour on prop ("stroke"
+ * or "fill"), fully opaque. */
+static int svg_count_node(xmlNodePtr n, const char *prop, long colour)
+{
+    int count = 0;
+    for (; n; n = n->next) {
+        if (n->type != XML_ELEMENT_NODE || !strcmp((const char *)n->name, "symbol")) continue;
+        if (!strcmp((const char *)n->name, "path")) {
+            char *v = svg_prop(n, prop), *op = NULL;
+            if (svg_rgb(v) == colour) {
+                char name[32];
+                snprintf(name, sizeof name, "%s-opacity", prop);
+                op = svg_prop(n, name);
+                if (!op || strtod(op, NULL) >= 0.999) count++;
+            }
+            free(v);
+            free(op);
+        }
+        count += svg_count_node(n->children, prop, colour);
+    }
+    return count;
+}
+
+static int svg_count(xmlDocPtr doc, const char *prop, long colour)
+{
+    return svg_count_node(xmlDocGetRootElement(doc), prop, colour);
+}
+
+static xmlDocPtr read_svg(const char *path, const result *r)
+{
+    xmlDocPtr doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_HUGE);
+    ck_assert_msg(doc != NULL, "%s: no SVG, or it does not parse (exit %d)\n%s", path, r->status, tail(r->err));
+    ck_assert_str_eq((const char *)xmlDocGetRootElement(doc)->name, "svg");
+    return doc;
+}
+
+/* One check with --plot and --json: one subject and one bare path per
+ * judged meter of the document, a LEAK badge per meter it judged LEAK. */
+static void plot_check(const char *dir, const char *module, int leaks)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s.svg", dir, module);
+    result r = run_tool((const char *[]){"--import", module, "--cycles", "4", "--warmup", "1", "--json", "--plot", path,
+                                         NULL});
+    const char *sanitized = getenv("LC_TEST_SANITIZED");
+    if (!sanitized || !*sanitized)
+        ck_assert_msg(r.status == (leaks ? 1 : 0), "%s: exit %d\n%s", module, r.status, tail(r.err));
+    ck_assert_msg(r.json, "%s: no JSON document\n%s", module, tail(r.err));
+    int judged = 0, leak = 0;
+    const char *name;
+    json_t *m;
+    json_object_foreach(json_object_get(r.json, "meters"), name, m) {
+        if (!json_object_get(m, "judged")) continue;
+        judged++;
+        leak += !strcmp(json_string_value(json_object_get(m, "verdict")), "LEAK");
+    }
+    xmlDocPtr doc = read_svg(path, &r);
+    ck_assert_msg(judged >= 8, "%s: %d judged meters", module, judged);
+    ck_assert_int_eq(svg_count(doc, "stroke", SVG_SUBJECT), judged);
+    ck_assert_int_eq(svg_count(doc, "stroke", SVG_BARE), judged);
+    ck_assert_int_eq(svg_count(doc, "fill", SVG_LEAK), leak);
+    if (!sanitized || !*sanitized) ck_assert_msg(leaks ? leak >= 2 : leak == 0, "%s: %d LEAK badges", module, leak);
+    xmlFreeDoc(doc);
+    free_result(&r);
+    unlink(path);
+}
+
+START_TEST(test_plot)
+{
+    char dir[] = "/tmp/lc-test-plot-XXXXXX", path[PATH_MAX];
+    ck_assert(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/p.svg", dir);
+#if !LC_TEST_HAVE_PLOT
+    expect_usage((const char *[]){"--plot", path, NULL}, "built without cairo (Debian package libcairo2-dev");
+    rmdir(dir);
+    return;
+#endif
+    plot_check(dir, "_pyfini_leak64", 1);
+    plot_check(dir, "_pyfini_noleak64", 0);
+    /* a place that cannot be written: refused before any cycle */
+    expect_usage((const char *[]){"--plot", "/nonexistent-pyfini/p.svg", NULL},
+                 "--plot /nonexistent-pyfini/p.svg: cannot write in /nonexistent-pyfini: ");
+    expect_usage((const char *[]){"--plot", dir, NULL}, "is a directory");
+    expect_usage((const char *[]){"--demo", "--plot", path, NULL}, "--demo draws no --plot");
+    expect_usage((const char *[]){"--plot", "", NULL}, "--plot needs a file name");
+    ck_assert_int_eq(rmdir(dir), 0);   /* nothing left behind: no temporary file */
+}
+END_TEST
+
 /* --- scan ----------------------------------------------------------------- */
 /* one module: "1 extension module", not "1 extension modules" (issue 10) */
 START_TEST(test_scan_one_module)
@@ -1313,6 +1454,84 @@ START_TEST(test_scan_reports_and_children)
 }
 END_TEST
 
+/* the table of --jobs 2 is that of --jobs 1 (rows, order, cells); --plot
+ * draws a bar per LEAK cell with a figure; --jobs outside --scan is refused */
+static char *scan_table(const result *r)
+{
+    char *t = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&t, &n);
+    size_t i;
+    json_t *m, *cfgs = json_object_get(r->json, "configs");
+    json_array_foreach(json_object_get(r->json, "modules"), i, m) {
+        fprintf(f, "%s", json_string_value(json_object_get(m, "module")));
+        size_t k;
+        json_t *c;
+        json_array_foreach(cfgs, k, c) {
+            json_t *cell = json_object_get(m, json_string_value(c));
+            fprintf(f, " | %s: %s", json_string_value(json_object_get(cell, "status")),
+                    json_string_value(json_object_get(cell, "message")));
+        }
+        fprintf(f, "\n");
+    }
+    fclose(f);
+    return t;
+}
+
+START_TEST(test_scan_jobs)
+{
+    char dir[] = "/tmp/lc-test-jobs-XXXXXX", path[PATH_MAX];
+    ck_assert(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/scan.svg", dir);
+    /* three rows of three classes; the missing module's cells cost a worker start only (CI time) */
+    const char *args[32] = {"--scan", "--import", "_pyfini_noleak64", "--import", "_pyfini_leak64", "--import",
+                            "no_such_module_pyfini", "--cycles", "4", "--warmup", "0", "--json", "--jobs", "1", NULL};
+    result serial = run_tool(args);
+    args[13] = "2";
+#if LC_TEST_HAVE_PLOT
+    args[14] = "--plot", args[15] = path;
+#endif
+    result par = run_tool(args);
+    ck_assert_msg(serial.json && par.json, "no JSON document\n%s%s", tail(serial.err), tail(par.err));
+    ck_assert_int_eq(par.status, serial.status);
+    char *ts = scan_table(&serial), *tp = scan_table(&par);
+    ck_assert_msg(!strcmp(ts, tp), "--jobs 1:\n%s\n--jobs 2:\n%s", ts, tp);
+    const char *sanitized = getenv("LC_TEST_SANITIZED");
+    if (!sanitized || !*sanitized) {
+        ck_assert_msg(serial.status == 2, "exit %d\n%s", serial.status, ts);
+        ck_assert_msg(!strncmp(ts, "no_such_module_pyfini | not found", 33) &&
+                          strstr(ts, "\n_pyfini_leak64 | LEAK +64 B/cycle") && strstr(ts, "\n_pyfini_noleak64 | ok: "),
+                      "rows, worst first:\n%s", ts);
+    }
+#if LC_TEST_HAVE_PLOT
+    /* a bar per LEAK cell with a figure ("LEAK +..."), a swatch per config */
+    int bars[2] = {1, 1};
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(par.json, "modules"), i, m) {
+        static const char *const cfg[2] = {"legacy", "isolated"};
+        for (int k = 0; k < 2; k++) {
+            const char *st = json_string_value(json_object_get(json_object_get(m, cfg[k]), "status"));
+            bars[k] += st && !strncmp(st, "LEAK +", 6);
+        }
+    }
+    xmlDocPtr doc = read_svg(path, &par);
+    ck_assert_int_eq(svg_count(doc, "fill", SVG_SUBJECT), bars[0]);
+    ck_assert_int_eq(svg_count(doc, "fill", SVG_BARE), bars[1]);
+    if (!sanitized || !*sanitized) ck_assert_msg(bars[0] == 2, "legacy bars: %d", bars[0] - 1);
+    xmlFreeDoc(doc);
+    unlink(path);
+#endif
+    free(ts);
+    free(tp);
+    free_result(&serial);
+    free_result(&par);
+    rmdir(dir);
+    expect_usage((const char *[]){"--import", "json", "--jobs", "2", NULL}, "--jobs 2: only --scan");
+    expect_usage((const char *[]){"--scan", "--jobs", "0", NULL}, "--jobs needs an integer >= 1");
+}
+END_TEST
+
 /* a whole scan of the Python's extension modules finishes, one row each */
 START_TEST(test_scan_all)
 {
@@ -1384,6 +1603,8 @@ int main(void)
         {"scan_options", test_scan_options, 60},
         {"scan_reports_and_children", test_scan_reports_and_children, 60},
         {"scan_all", test_scan_all, 600},
+        {"scan_jobs", test_scan_jobs, 120},
+        {"plot", test_plot, 120},
         {"other_python", test_other_python, 300},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
