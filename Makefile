@@ -8,12 +8,14 @@
 #                     thread test (tests/test_threads), on one host CPython (STRESS_HOST) and
 #                     one sid CPython (STRESS_SID; needs root for the sid tree); docs/reliability.md
 #   make bench        benchmarks (figures, not pass/fail)
+#   make deb          the Debian package $(BUILD)/pyfini_<version>_<arch>.deb for this Debian
+#                     release (tools/make-deb; needs dpkg-dev and python3-dev)
 BUILD ?= build
 STRESS_HOST ?= 3.12
 STRESS_SID  ?= 3.14
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo demo-phases test test-matrix stress bench deps clean
+.PHONY: all demo demo-phases test test-matrix stress bench deb deps clean
 
 all: deps
 	cmake -S . -B $(BUILD) >/dev/null
@@ -42,6 +44,9 @@ stress: deps
 
 bench: all
 	$(BUILD)/bench/bench_state
+
+deb:
+	tools/make-deb $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

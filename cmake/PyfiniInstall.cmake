@@ -4,7 +4,8 @@
 #   P/share/cmake/pyfini/pyfiniConfig.cmake, pyfiniConfigVersion.cmake,
 #                        pyfiniTargets.cmake       find_package(pyfini) -> pyfini::pyfini
 #   P/share/pkgconfig/pyfini.pc                    pkg-config / Meson dependency('pyfini')
-#   P/share/doc/pyfini/LICENSE, CHANGELOG.md
+#   P/share/doc/pyfini/LICENSE, CHANGELOG.md, README.md, docs/*.md,
+#                      docs/leakcheck.schema.json, leakcheck/README.md
 #   P/bin/pyfini-leakcheck                         the leak checker (leakcheck/CMakeLists.txt)
 #   P/libexec/pyfini/pyfini-leakcheck-worker       its worker for the build's CPython
 #   P/share/pyfini/leakcheck/{worker,shared}/, P/share/pyfini/common/
@@ -30,8 +31,14 @@ file(RELATIVE_PATH PYFINI_LC_WORKER_REL "/_/${CMAKE_INSTALL_BINDIR}" "/_/${PYFIN
 file(RELATIVE_PATH PYFINI_LC_SOURCE_REL "/_/${CMAKE_INSTALL_BINDIR}" "/_/${PYFINI_LC_DATA_DIR}/leakcheck")
 
 install(FILES "${PROJECT_SOURCE_DIR}/include/pyfini.h" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
-install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" "${PROJECT_SOURCE_DIR}/CHANGELOG.md"
+install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" "${PROJECT_SOURCE_DIR}/CHANGELOG.md" "${PROJECT_SOURCE_DIR}/README.md"
         DESTINATION "${CMAKE_INSTALL_DOCDIR}")
+# the user documentation, where README.md's links expect it (not docs/'s
+# subfolders: findings, reproducers and examples are the project's own)
+file(GLOB _pyfini_docs "${PROJECT_SOURCE_DIR}/docs/*.md")
+install(FILES ${_pyfini_docs} "${PROJECT_SOURCE_DIR}/docs/leakcheck.schema.json"
+        DESTINATION "${CMAKE_INSTALL_DOCDIR}/docs")
+install(FILES "${PROJECT_SOURCE_DIR}/leakcheck/README.md" DESTINATION "${CMAKE_INSTALL_DOCDIR}/leakcheck")
 
 install(TARGETS pyfini EXPORT pyfiniTargets)
 install(EXPORT pyfiniTargets NAMESPACE pyfini:: DESTINATION "${PYFINI_CMAKE_DIR}")

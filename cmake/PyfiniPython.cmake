@@ -1,7 +1,8 @@
 # PyfiniPython.cmake - the CPython to embed, described by its python3.X-config script.
 #
 # Input:  PYFINI_PYTHON_CONFIG  path of python3.X-config (default: the first of tools/find-pythons)
-# Output: target pyfini_python  (INTERFACE: -I of the headers, --ldflags --embed, rpath to libpython)
+# Output: target pyfini_python  (INTERFACE: -I of the headers, --ldflags --embed, rpath to libpython
+#                                unless PYFINI_PYTHON_RPATH is OFF)
 #         PYFINI_PY_VERSION     e.g. 3.12.1
 #         PYFINI_PY_ABIFLAGS    "" or "d"
 #         PYFINI_PY_TAG         ${PYFINI_PY_VERSION}${PYFINI_PY_ABIFLAGS}
@@ -79,9 +80,14 @@ add_library(pyfini_python INTERFACE)
 target_include_directories(pyfini_python INTERFACE ${_incdirs})
 target_link_directories(pyfini_python INTERFACE ${_libdirs})
 target_link_libraries(pyfini_python INTERFACE ${_links})
-foreach(_d IN LISTS _libdirs)
-  target_link_options(pyfini_python INTERFACE "LINKER:-rpath,${_d}")
-endforeach()
+# PYFINI_PYTHON_RPATH OFF: no RUNPATH, for a libpython in the loader's default
+# path that must not get one (Debian policy: tools/make-deb, `make deb`)
+option(PYFINI_PYTHON_RPATH "Give programs that embed CPython a RUNPATH to libpython's directories" ON)
+if(PYFINI_PYTHON_RPATH)
+  foreach(_d IN LISTS _libdirs)
+    target_link_options(pyfini_python INTERFACE "LINKER:-rpath,${_d}")
+  endforeach()
+endif()
 # For shared objects that live inside a Python process (extension-style): headers only.
 add_library(pyfini_python_headers INTERFACE)
 target_include_directories(pyfini_python_headers INTERFACE ${_incdirs})
