@@ -312,4 +312,11 @@ int lc_default_worker(char *out, size_t n, char *err, size_t errn);
  * with err set when --python names no usable CPython. */
 int lc_print_version(FILE *f, const char *python, char *err, size_t errn);
 
+/* The file outputs (--plot, --junit) are written to PATH.tmpPID and renamed
+ * into place (a failed write leaves no half file) - unless PATH is a symbolic
+ * link or exists as something other than a regular file (a device, a FIFO,
+ * /dev/stdout): then it is written in place, so that it stays what it is.
+ * 1: write in place. */
+int lc_output_in_place(const char *path);
+
 #endif

@@ -33,6 +33,9 @@ void lc_print_error(const lc_request *q, const lc_run *r)
     lc_json_print(o, JSON_INDENT(2));
 }
 
+static int write_junit(const lc_request *q, int status);
+static int junit_written;   /* run_check wrote it before its report */
+
 /* One check: the request's config and subject, judged and reported. */
 static int run_check(const lc_request *q)
 {
@@ -50,16 +53,28 @@ static int run_check(const lc_request *q)
     analysis a;
     lc_analyse(&r, &a, q->max_bytes);
     int status = lc_exit_status(&r, &a);
-    if (q->junit) lc_junit_check(q, &r, &a, status, seconds);
-    if (q->csv && lc_write_csv(q->csv, &r) != 0)
+    /* the file outputs first: one that cannot be written makes a status of
+       0 a 2, and the report says the status the process exits with */
+    int out_failed = 0;
+    if (q->junit) {
+        lc_junit_check(q, &r, &a, status, seconds);
+        out_failed |= write_junit(q, 0) != 0;
+        junit_written = 1;
+    }
+    if (q->csv && lc_write_csv(q->csv, &r) != 0) {
         fprintf(stderr, "pyfini-leakcheck: --csv %s: %s\n", q->csv, strerror(errno));
+        out_failed = 1;
+    }
     char err[LC_MESSAGE_MAX];
-    int plot_failed = q->plot && lc_plot_check(q->plot, q, &r, &a, err, sizeof err) != 0;
-    if (plot_failed) fprintf(stderr, "pyfini-leakcheck: %s\n", err);
+    if (q->plot && lc_plot_check(q->plot, q, &r, &a, err, sizeof err) != 0) {
+        fprintf(stderr, "pyfini-leakcheck: %s\n", err);
+        out_failed = 1;
+    }
+    if (out_failed && !status) status = LC_EXIT_USAGE;
     if (q->json) lc_print_json(q, &r, &a, status);
     else lc_print_report(stdout, q, &r, &a, status);
     lc_run_free(&r);
-    return plot_failed && !status ? LC_EXIT_USAGE : status;
+    return status;
 }
 
 /* --junit FILE, --plot FILE: refused up front when FILE cannot be written
@@ -75,6 +90,12 @@ void lc_check_output_path(const char *option, const char *path)
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
     if (access(dir, W_OK) != 0) lc_usage_error("%s %s: cannot write in %s: %s", option, path, dir, strerror(errno));
+}
+
+int lc_output_in_place(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && !S_ISREG(st.st_mode);
 }
 
 /* The run's status, or 2 when the JUnit report it asked for was not written. */
@@ -114,5 +135,5 @@ int main(int argc, char **argv)
         fclose(f);
     }
     int status = q.demo ? lc_demo(&q) : q.scan ? lc_scan(&q) : run_check(&q);
-    return q.junit ? write_junit(&q, status) : status;
+    return q.junit && !junit_written ? write_junit(&q, status) : status;
 }

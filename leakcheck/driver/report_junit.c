@@ -267,15 +267,17 @@ int lc_junit_write(const char *path, const char *mode, char *err, size_t errn)
         return -1;
     }
     char tmp[LC_PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+    int in_place = lc_output_in_place(path);
+    if (in_place) lc_scopy(tmp, sizeof tmp, path);
+    else snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     int ok = f && fwrite(xmlBufferContent(buf), 1, (size_t)xmlBufferLength(buf), f) == (size_t)xmlBufferLength(buf);
     int saved = errno;
     if (f && fclose(f) != 0 && ok) ok = 0, saved = errno;
     xmlBufferFree(buf);
-    if (ok && rename(tmp, path) != 0) ok = 0, saved = errno;
+    if (ok && !in_place && rename(tmp, path) != 0) ok = 0, saved = errno;
     if (!ok) {
-        if (f) unlink(tmp);
+        if (f && !in_place) unlink(tmp);
         snprintf(err, errn, "--junit %s: %s", path, strerror(saved));
         return -1;
     }

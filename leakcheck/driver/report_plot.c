@@ -18,7 +18,8 @@
  * scan bars: legacy #1f77b4, isolated #ff7f0e.  The series are stroked, the
  * badges, bars and legend swatches filled.
  *
- * Written to FILE.tmpPID and renamed into place: a failed write leaves no
+ * Written to FILE.tmpPID and renamed into place (a symbolic link, a device or
+ * a FIFO is written in place: lc_output_in_place): a failed write leaves no
  * half file.  Built without cairo (no libcairo2-dev at configure time),
  * --plot is refused with a message that says so.
  */
@@ -123,7 +124,8 @@ typedef struct plot {
 
 static int plot_begin(plot *p, const char *path, double w, double h, char *err, size_t errn)
 {
-    snprintf(p->tmp, sizeof p->tmp, "%s.tmp%d", path, (int)getpid());
+    if (lc_output_in_place(path)) lc_scopy(p->tmp, sizeof p->tmp, path);
+    else snprintf(p->tmp, sizeof p->tmp, "%s.tmp%d", path, (int)getpid());
     p->s = cairo_svg_surface_create(p->tmp, w, h);
     p->cr = NULL;
     if (cairo_surface_status(p->s) != CAIRO_STATUS_SUCCESS) {
@@ -131,7 +133,7 @@ static int plot_begin(plot *p, const char *path, double w, double h, char *err, 
         snprintf(err, errn, "--plot %s: %s (cairo: %s)", path, strerror(e ? e : EIO),
                  cairo_status_to_string(cairo_surface_status(p->s)));
         cairo_surface_destroy(p->s);
-        unlink(p->tmp);
+        if (strcmp(p->tmp, path) != 0) unlink(p->tmp);
         return -1;
     }
     p->cr = cairo_create(p->s);
@@ -151,9 +153,10 @@ static int plot_end(plot *p, const char *path, char *err, size_t errn)
        valgrind) would report; both load again if another plot needs them */
     cairo_debug_reset_static_data();
     FcFini();
-    if (st == CAIRO_STATUS_SUCCESS && rename(p->tmp, path) == 0) return 0;
+    int in_place = strcmp(p->tmp, path) == 0;
+    if (st == CAIRO_STATUS_SUCCESS && (in_place || rename(p->tmp, path) == 0)) return 0;
     int e = errno;
-    unlink(p->tmp);
+    if (!in_place) unlink(p->tmp);
     if (st != CAIRO_STATUS_SUCCESS) snprintf(err, errn, "--plot %s: cairo: %s", path, cairo_status_to_string(st));
     else snprintf(err, errn, "--plot %s: %s", path, strerror(e));
     return -1;

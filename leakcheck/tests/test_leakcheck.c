@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #ifndef LC_TOOL
 #error LC_TOOL must name the tool
@@ -1180,6 +1181,32 @@ START_TEST(test_junit)
     ck_assert_int_eq(g.gl_pathc, 4);   /* the four reports, no temporary file left */
     for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
     globfree(&g);
+    /* a symbolic link (or a device, a FIFO) is written in place, not replaced
+       by the temporary file's rename (lc_output_in_place) */
+    char target[PATH_MAX], link[PATH_MAX];
+    snprintf(target, sizeof target, "%s/target.xml", dir);
+    snprintf(link, sizeof link, "%s/link.xml", dir);
+    FILE *t = fopen(target, "w");
+    ck_assert(t && fputs("keep", t) >= 0 && fclose(t) == 0);
+    ck_assert(symlink("target.xml", link) == 0);
+    result r = run_tool((const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1", "--junit",
+                                         link, NULL});
+    ck_assert_msg(r.status == 0, "exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
+    struct stat st;
+    ck_assert_msg(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "--junit replaced the symbolic link");
+    char head[8] = "";
+    t = fopen(target, "r");
+    ck_assert(t && fread(head, 1, 5, t) == 5 && fclose(t) == 0);
+    ck_assert_msg(strncmp(head, "<?xml", 5) == 0, "the link's target was not written: '%s'", head);
+    free_result(&r);
+    unlink(link);
+    unlink(target);
+    /* an output that cannot be written: exit 2 (not 0), and the report says so */
+    r = run_tool((const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1", "--csv",
+                                  "/dev/full", NULL});
+    ck_assert_msg(r.status == 2 && strstr(r.out, "exit status 2") && strstr(r.err, "--csv /dev/full"),
+                  "--csv /dev/full: exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
+    free_result(&r);
     rmdir(dir);
 }
 END_TEST
