@@ -2717,6 +2717,14 @@ static int pyfini__audit_hook(const char *event, PyObject *args, void *data)
     (void)data;
     if (event[0] == 'c' && strncmp(event, "cpython.", 8) == 0) {
         if (strcmp(event + 8, "PyInterpreterState_Clear") == 0) {
+            if (pyfini__runtime_finalizing()) {
+                /* Py_FinalizeEx: this hook is removed soon, and an earlier
+                   C hook that fails on "cpython._PySys_ClearAuditHooks"
+                   would hide that event from it: hits check the ID from
+                   here until the next fill after Py_Initialize adds it again */
+                __atomic_store_n(&pyfini__hits_need_id, 1, __ATOMIC_SEQ_CST);
+                __atomic_store_n(&pyfini__audit_state, PYFINI__AUDIT_NONE, __ATOMIC_RELEASE);
+            }
             __atomic_add_fetch(&pyfini__epoch, 1, __ATOMIC_SEQ_CST);
         } else if (strcmp(event + 8, "_PySys_ClearAuditHooks") == 0) {
             /* this hook is removed next: hits check the ID again until the
@@ -2782,8 +2790,11 @@ static inline int pyfini__hit_guarded(PyInterpreterState *interp)
     if (pyfini__exit_hook_reliable()) {
         return pyfini__end_hooked(interp);
     }
+    if (!pyfini__state_dict_usable()) {
+        return 0;   /* and no hook is added during finalization */
+    }
     (void)pyfini__audit_hooked();
-    return pyfini__state_dict_usable();
+    return 1;
 }
 
 /* ---- fork ------------------------------------------------------------------ */

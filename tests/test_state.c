@@ -519,6 +519,40 @@ START_TEST(test_state_cache_interp_ended_leaking_builtins)
 }
 END_TEST
 
+/* The same after Py_FinalizeEx + Py_Initialize where an earlier C audit
+   hook failed on "cpython._PySys_ClearAuditHooks" (CPython then passes that
+   event to no later hook, sys_audit_tstate()): pyfini's hook, removed
+   unseen, must not be trusted in the next initialization. It stops
+   trusting itself at the main interpreter's "cpython.PyInterpreterState_Clear"
+   while the runtime finalizes (found by a review: stale hits before). */
+static int hide_clear_hooks(const char *event, PyObject *args, void *data)
+{
+    (void)args;
+    (void)data;
+    if (strcmp(event, "cpython._PySys_ClearAuditHooks") == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "hidden from later hooks");
+        return -1;
+    }
+    return 0;
+}
+
+START_TEST(test_state_cache_reinit_hidden_audit_clear)
+{
+    HARNESS_LEAKS_ON_PURPOSE();
+    ck_assert_int_eq(PySys_AddAuditHook(hide_clear_hooks, NULL), 0);   /* before Py_Initialize */
+    harness_init();
+    ck_assert_ptr_nonnull(pyfini_state(&lib_def));
+    expect_hit_guard("test_state_cache_reinit_hidden_audit_clear", 0);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+    if (!pyfini__exit_hook_reliable()) {
+        ck_assert_int_eq(pyfini__audit_state, PYFINI__AUDIT_NONE);   /* not trusted any more */
+        ck_assert_int_eq(pyfini__hits_need_id, 1);
+    }
+    /* the next initialization: added again, and no stale hit */
+    ended_interp_never_hits("test_state_cache_reinit_hidden_audit_clear", 1, 0);
+}
+END_TEST
+
 /* The same where an existing audit hook vetoes pyfini's (PySys_AddAuditHook
    returns 0 without adding it): the probe is not seen, hits check the ID. */
 START_TEST(test_state_cache_audit_hook_vetoed)
@@ -1268,6 +1302,7 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_state_cache_reinit_without_post);
     tcase_add_test(tc, test_state_cache_interp_ended_leaking_builtins);
     tcase_add_test(tc, test_state_cache_audit_hook_vetoed);
+    tcase_add_test(tc, test_state_cache_reinit_hidden_audit_clear);
     tcase_add_test(tc, test_state_cache_reinit_leaking_builtins);
     tcase_add_test(tc, test_pin_PyInterpreterState_Clear_audit_event_whatever_leaked);
     tcase_add_test(tc, test_pin_sys_audit_tstate_failing_hook_hides_event);
