@@ -86,7 +86,7 @@ uint32_t lc_alloc_site_sample(int domain, void **ip, int n, void *sample);
  * C-heap sites holding more bytes from subject cycles than from bare ones
  * when lc_alloc_samples_reset() ran, whose stack shares the longest run of
  * innermost frames with ip, at least min_common of them (or all its own).
- * A C profile function changes the interpreter loop's code path (3.12+:
+ * A C trace function changes the interpreter loop's code path (3.12+:
  * instrumented bytecode), and with it the outer frames of every stack. */
 uint32_t lc_alloc_site_sample_near(int domain, void **ip, int n, void *sample, int min_common);
 

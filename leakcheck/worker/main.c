@@ -238,7 +238,7 @@ static int uses_own_obmalloc(const interp_config *c) { return !c->legacy && !c->
  * interpreter, run the subject, end it, C (and O) record.  pass: a cycle of
  * --where's Python-lines pass instead (no record, not measured; the same
  * code path, so that the call stacks are those of the judged cycles):
- * 1 traced by tracemalloc (Python's allocators' sites), 2 with the C profile
+ * 1 traced by tracemalloc (Python's allocators' sites), 2 with the C trace
  * function that gives C-heap sites their Python line (it changes the
  * interpreter loop's code path, so not in the same cycle as 1). */
 static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, const lc_slot *sl, int pass)

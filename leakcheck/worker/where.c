@@ -200,13 +200,14 @@ static void report_python_lines(uint32_t id, const lc_site_info *info)
 /* --- Python lines of C-heap sites ------------------------------------------ */
 /* tracemalloc sees Python's allocators only.  For a plain C-heap block the
  * Python line is the one that called into C code: in the Python-lines pass
- * a C profile function (PyEval_SetProfile, on the cycle interpreter's
- * thread) notes, at each call and return event, the innermost frame that is
+ * a C trace function (PyEval_SetTrace, on the cycle interpreter's thread)
+ * notes, at each line, call and return event, the innermost frame that is
  * not the import machinery's, as "file:line" - the line being executed, so a
- * C function's line is the line that called it, and an extension module's
+ * C function's line is the line that called it (also a call of a C type or
+ * a ctypes function, which makes no call event), and an extension module's
  * Py_mod_exec gets the line of its `import`.  The allocator (lc_heap.c)
  * tags each sample block with the number of that text.  Blocks allocated by
- * a thread the profile function does not run on, or from C code before any
+ * a thread the trace function does not run on, or from C code before any
  * Python frame, have none. */
 #define LC_PYLOC_MAX 4096
 #define LC_PYLOC_TEXT 240
@@ -254,9 +255,10 @@ static uint32_t pyloc_intern(const char *text)
     return found;
 }
 
-static int pyloc_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+static int pyloc_trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 {
     (void)obj, (void)arg;
+    if (what != PyTrace_CALL && what != PyTrace_LINE && what != PyTrace_RETURN) return 0;
     lc_heap_own_enter();
     PyObject *et, *ev, *etb;
     PyErr_Fetch(&et, &ev, &etb);
@@ -298,7 +300,7 @@ void wk_heap_lines_attach(void)
 {
     if (!heap_lines) return;
     lc_heap_set_pyloc(0);
-    PyEval_SetProfile(pyloc_profile, NULL);
+    PyEval_SetTrace(pyloc_trace, NULL);
 }
 
 void wk_heap_lines_detach(void) { lc_heap_set_pyloc(0); }
