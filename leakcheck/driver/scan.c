@@ -181,25 +181,33 @@ static int cmp_rows(const void *x, const void *y)
     return strcmp(a->name, b->name);
 }
 
-/* The rows: the --import modules, or every module the worker listed. */
+/* The rows: the --import modules (each once), or every module the worker
+ * listed. */
 static scan_row *scan_rows(const lc_request *q, const lc_run *lr, size_t *n)
 {
-    *n = q->nimports ? (size_t)q->nimports : lr->nextensions;
-    scan_row *rows = calloc(*n ? *n : 1, sizeof *rows);
+    size_t want = q->nimports ? (size_t)q->nimports : lr->nextensions;
+    scan_row *rows = calloc(want ? want : 1, sizeof *rows);
     if (!rows) return NULL;
-    for (size_t i = 0; i < *n; i++) {
+    *n = 0;
+    for (size_t i = 0; i < want; i++) {
+        scan_row *r = &rows[*n];
         if (!q->nimports) {
-            lc_scopy(rows[i].name, sizeof rows[i].name, lr->extensions[i][0]);
-            lc_scopy(rows[i].path, sizeof rows[i].path, lr->extensions[i][1]);
-            rows[i].extension = 1;
+            lc_scopy(r->name, sizeof r->name, lr->extensions[i][0]);
+            lc_scopy(r->path, sizeof r->path, lr->extensions[i][1]);
+            r->extension = 1;
+            ++*n;
             continue;
         }
-        lc_scopy(rows[i].name, sizeof rows[i].name, q->imports[i]);
+        int seen = 0;
+        for (size_t k = 0; k < *n && !seen; k++) seen = !strcmp(rows[k].name, q->imports[i]);
+        if (seen) continue;   /* --import X --import X: one row */
+        lc_scopy(r->name, sizeof r->name, q->imports[i]);
         for (size_t j = 0; j < lr->nextensions; j++)
             if (!strcmp(lr->extensions[j][0], q->imports[i])) {
-                lc_scopy(rows[i].path, sizeof rows[i].path, lr->extensions[j][1]);
-                rows[i].extension = 1;
+                lc_scopy(r->path, sizeof r->path, lr->extensions[j][1]);
+                r->extension = 1;
             }
+        ++*n;
     }
     return rows;
 }
