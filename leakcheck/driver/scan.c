@@ -467,7 +467,7 @@ static void print_scan_text(const scan_row *rows, size_t n, const scan_cols *col
             if (!notes++) printf("\nnotes:\n");
             printf("  %s (%s): %s\n", rows[i].name, interp_configs[cols->cfg[k]].name, c->message);
         }
-    printf("\nLEAK = Python's allocators or malloc grew in every chunk%s%s (few cycles: "
+    printf("\nLEAK = Python's allocators or the C heap (malloc where its exact meter is off) grew in every chunk%s%s (few cycles: "
            "check one module with --import for a full verdict).\nexit status %d\n",
            q->baseline ? " beyond the bare cycle" : "", q->max_bytes > 0 ? " by more than --max-bytes-per-cycle" : "",
            status);
