@@ -220,9 +220,18 @@ START_TEST(test_isolated_two_modules_cycles)
     // cycles: past the ~1,010 TSS keys that plain pybind11 leaks.
     init_main(true);
     // 1,100: past the TSS keys with a margin (CI time: 2,000 with
-    // PYFINI_PB11_CYCLES=2000)
-    int n = env_int("PYFINI_PB11_CYCLES", 1100);
-    ck_assert_int_ge(n, 1100);
+    // PYFINI_PB11_CYCLES=2000). Under AddressSanitizer (about 3x slower) 300:
+    // that build looks for memory errors; every plain 3.14+ row goes past
+    // the TSS keys (CI time)
+#if defined(__SANITIZE_ADDRESS__)
+    const int least = 300;
+    std::printf("NOTE test_isolated_two_modules_cycles: ASan build, %d cycles by default (the plain builds run "
+                "1,100, past the ~1,010 TSS keys)\n", least);
+#else
+    const int least = 1100;
+#endif
+    int n = env_int("PYFINI_PB11_CYCLES", least);
+    ck_assert_int_ge(n, least);
     assert_zero_excess(
         "test_isolated_two_modules_cycles", 20, n, [] { cycle_isolated(two_modules_code); },
         [] { cycle_isolated("pass"); });
