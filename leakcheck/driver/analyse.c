@@ -139,6 +139,29 @@ void lc_analyse(const lc_run *r, analysis *a, double max_bytes)
             continue;
         }
         judge_meter(r, m, m->def->bytes ? max_bytes : 0, paired, xs, xb, xe);
+    }
+    /* glibc's malloc statistics (mallinfo2) are not the verdict where the
+       exact C-heap meter judged the same heap: every block of malloc & co is
+       counted there, so a rise only mallinfo2 sees is glibc's own
+       bookkeeping or its noise over few cycles (3.15.2d's bare isolated
+       cycle: malloc +244 B/cycle "LEAK", heap 0 B ± 0 B) - inconclusive where
+       the heap meter (every block, Python's RAW ones included) did not judge
+       LEAK itself */
+    int heap_says_no = 0;
+    for (size_t mi = 0; mi < LC_NMETERS; mi++)
+        if (a->m[mi].def && a->m[mi].def->value == LC_V_HEAP && a->m[mi].available && a->m[mi].judged)
+            heap_says_no = a->m[mi].verdict != LC_LEAK;
+    for (size_t mi = 0; mi < LC_NMETERS; mi++) {
+        meter_result *m = &a->m[mi];
+        if (!m->available) continue;
+        if (heap_says_no && m->def->value == LC_V_MALLOC && m->verdict == LC_LEAK) {
+            m->verdict = LC_INCONCLUSIVE;
+            /* the series judged (m->judged points to one of these three) */
+            if (m->judged == &m->excess) m->excess.verdict = LC_INCONCLUSIVE;
+            else if (m->judged == &m->subject) m->subject.verdict = LC_INCONCLUSIVE;
+            else m->bare.verdict = LC_INCONCLUSIVE;
+            a->malloc_overruled = 1;
+        }
         if (m->verdict == LC_LEAK && m->def->bytes) a->leak = 1;
         if (m->verdict == LC_NO_LEAK && m->def->bytes) a->bytes_no_leak = 1;
         if (m->verdict == LC_INCONCLUSIVE) a->inconclusive = 1;

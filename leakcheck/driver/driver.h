@@ -219,6 +219,7 @@ typedef struct analysis {
     int leak;                      /* a bytes meter judged LEAK */
     int bytes_no_leak;             /* a bytes meter judged "no leak" */
     int inconclusive;
+    int malloc_overruled;          /* malloc LEAK made inconclusive: the exact heap meter judged no LEAK */
     int64_t obm_min, obm_max;
     double obm_mean;
     long obm_n;

@@ -309,6 +309,9 @@ static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paire
     }
     if (!a->leak) {
         fprintf(f, "no leak%s\n", a->inconclusive ? " (some meters inconclusive: see above)" : "");
+        if (a->malloc_overruled)
+            fprintf(f, "(malloc grew in every chunk, but the exact heap meters count every block of malloc & co: "
+                       "glibc's own bookkeeping, judged inconclusive)\n");
         return;
     }
     fprintf(f, "LEAK:");
