@@ -7,15 +7,22 @@
  * change of the machine's load falls on both), and prints the medians and
  * the median of the per-round ratios with their range: one run of either
  * varies by +-10 % on this machine, more than the overhead it measures.
- * usage: pyfini-leakcheck-bench [CYCLES [ROUNDS]]   (defaults 200, 5) */
+ * usage: pyfini-leakcheck-bench [CYCLES [ROUNDS]]   (defaults 200, 5)
+ *        pyfini-leakcheck-bench --instructions [CYCLES]   (default 30)
+ * --instructions counts the instructions each side executes (itself and its
+ * children) with valgrind's cachegrind (--cache-sim=no), one run each: a
+ * figure the machine's load does not change, about 50 times slower. */
 #define _GNU_SOURCE
 #include <spawn.h>
 #include <stdio.h>
+#include <dirent.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -45,6 +52,50 @@ static times run(char *const argv[])
     return t;
 }
 
+/* Instructions executed by argv[0] and every process it starts (cachegrind's
+ * "I refs" of each), -1 when valgrind cannot be run or the run failed. */
+static double instructions(char *const argv[])
+{
+    char dir[] = "/tmp/pyfini-bench-XXXXXX", log[PATH_MAX + 32];
+    if (!mkdtemp(dir)) return -1;
+    snprintf(log, sizeof log, "--log-file=%s/log.%%p", dir);
+    char *vg[32] = {"valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes",
+                    "--cachegrind-out-file=/dev/null", log};
+    int k = 6;
+    for (int i = 0; argv[i] && k < 31; i++) vg[k++] = argv[i];
+    vg[k] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", 01, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", 01, 0);
+    pid_t pid;
+    int st = -1;
+    if (posix_spawnp(&pid, "valgrind", &fa, NULL, vg, environ) == 0) waitpid(pid, &st, 0);
+    posix_spawn_file_actions_destroy(&fa);
+    double total = 0;
+    int logs = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, "log.", 4)) continue;
+        char path[PATH_MAX + 300], line[256];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof line, f)) {
+            char *r = strstr(line, "I   refs:");
+            if (!r) continue;
+            double v = 0;
+            for (r += 9; *r; r++)
+                if (*r >= '0' && *r <= '9') v = v * 10 + (*r - '0');
+            total += v, logs++;
+        }
+        if (f) fclose(f);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+    return WIFEXITED(st) && WEXITSTATUS(st) <= 1 && logs > 0 ? total : -1;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -61,12 +112,14 @@ static double median(double *v, int n)
 
 int main(int argc, char **argv)
 {
-    const char *cycles = argc > 1 ? argv[1] : "200";
+    int count_instructions = argc > 1 && strcmp(argv[1], "--instructions") == 0;
+    if (count_instructions) argv++, argc--;
+    const char *cycles = argc > 1 ? argv[1] : count_instructions ? "30" : "200";
     long n = atol(cycles);
-    int rounds = argc > 2 ? atoi(argv[2]) : 5;
+    int rounds = argc > 2 && !count_instructions ? atoi(argv[2]) : 5;
     if (n < 1 || rounds < 1 || rounds > MAX_ROUNDS) {
-        fprintf(stderr, "usage: pyfini-leakcheck-bench [CYCLES [ROUNDS]]   (CYCLES >= 1, 1 <= ROUNDS <= %d)\n",
-                MAX_ROUNDS);
+        fprintf(stderr, "usage: pyfini-leakcheck-bench [CYCLES [ROUNDS]]   (CYCLES >= 1, 1 <= ROUNDS <= %d)\n"
+                        "       pyfini-leakcheck-bench --instructions [CYCLES]\n", MAX_ROUNDS);
         return 2;
     }
     struct { const char *label, *config, *module; int baseline, where; } cases[] = {
@@ -77,11 +130,17 @@ int main(int argc, char **argv)
         {"bare legacy --where", "legacy", NULL, 0, 1},
         {"bare isolated --where", "isolated", NULL, 0, 1},
     };
-    printf("pyfini-leakcheck overhead: %ld interpreter cycles, %d rounds (the loop, then the tool), medians, "
-           "incl. start-up\n\n", n, rounds);
-    printf("%-44s %10s %10s %7s   %10s %10s %7s %13s\n", "", "wall time", "", "", "CPU time", "", "", "");
-    printf("%-44s %10s %10s %7s   %10s %10s %7s %13s\n", "case", "bare loop", "leakcheck", "ratio", "bare loop",
-           "leakcheck", "ratio", "ratio range");
+    if (count_instructions) {
+        printf("pyfini-leakcheck overhead: %ld interpreter cycles, instructions executed (valgrind's cachegrind, "
+               "all processes), incl. start-up\n\n%-44s %15s %15s %7s\n", n, "case", "bare loop", "leakcheck",
+               "ratio");
+    } else {
+        printf("pyfini-leakcheck overhead: %ld interpreter cycles, %d rounds (the loop, then the tool), medians, "
+               "incl. start-up\n\n", n, rounds);
+        printf("%-44s %10s %10s %7s   %10s %10s %7s %13s\n", "", "wall time", "", "", "CPU time", "", "", "");
+        printf("%-44s %10s %10s %7s   %10s %10s %7s %13s\n", "case", "bare loop", "leakcheck", "ratio", "bare loop",
+               "leakcheck", "ratio", "ratio range");
+    }
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *loop[] = {(char *)LC_BARE_LOOP, (char *)cases[i].config, (char *)cycles, (char *)cases[i].module, NULL};
         char *tool[16];
@@ -98,6 +157,17 @@ int main(int argc, char **argv)
         if (cases[i].where) tool[k++] = "--where";
         tool[k] = NULL;
         double f = cases[i].baseline ? 2 : 1;   /* the baseline doubles the cycles */
+        if (count_instructions) {
+            if (cases[i].where) continue;   /* its pass cycles and unwinding: see the timed rows */
+            double il = instructions(loop), it = instructions(tool);
+            if (il < 0 || it < 0)
+                printf("%-44s %s\n", cases[i].label, "not run (valgrind missing, or the run failed)");
+            else
+                printf("%-44s %15.0f %15.0f %6.3fx%s\n", cases[i].label, f * il, it, it / (f * il),
+                       cases[i].baseline ? "  (vs 2x the loop)" : "");
+            fflush(stdout);
+            continue;
+        }
         double lw[MAX_ROUNDS], lc[MAX_ROUNDS], tw[MAX_ROUNDS], tc[MAX_ROUNDS], rw[MAX_ROUNDS], rc[MAX_ROUNDS];
         int ok = 1;
         for (int r = 0; r < rounds && ok; r++) {
@@ -115,6 +185,10 @@ int main(int argc, char **argv)
                median(lw, rounds), median(tw, rounds), ratio_wall, median(lc, rounds), median(tc, rounds), ratio_cpu,
                rc[0], rc[rounds - 1], cases[i].baseline ? "  (vs 2x the loop)" : "");
         fflush(stdout);
+    }
+    if (count_instructions) {
+        printf("\nratio = leakcheck / bare loop; the goal: <= 1.10x (counting, without --where).\n");
+        return 0;
     }
     printf("\nratio = leakcheck / bare loop, the median of the rounds' ratios; the goals: <= 1.10x without --where, "
            "<= 3x with it.\n");
