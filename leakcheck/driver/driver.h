@@ -52,7 +52,15 @@ typedef struct lc_request {
     char worker[LC_PATH_MAX];   /* the worker that runs it */
 } lc_request;
 
+/* The options into q; exits 0 after --help, 2 after a usage error (the
+ * message on stderr). */
 void lc_parse_args(lc_request *q, int argc, char **argv);
+/* The same without exiting (the fuzz target, a test): 0 parsed, 1 --help
+ * printed, 2 usage error (err holds the message).  q's strings point into
+ * argv.  Not thread-safe (getopt). */
+int lc_parse_args_try(lc_request *q, int argc, char **argv, char *err, size_t errn);
+/* A usage error: the message on stderr, exit 2 (inside lc_parse_args_try:
+ * back to its caller). */
 void lc_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static inline int lc_has_subject(const lc_request *q) { return q->nimports || q->code || q->file; }
 static inline int lc_paired(const lc_request *q) { return lc_has_subject(q) && q->baseline; }
@@ -186,6 +194,12 @@ typedef struct lc_run {
 /* Run q's worker (q->worker) to its end; timeout in seconds per record. */
 void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress);
 void lc_run_free(lc_run *r);
+/* The parts of lc_run_request without a worker (the fuzz target of the
+ * record stream): r set up for q, nothing received yet; then one record
+ * line (without its newline) taken into r as the read loop does: a line
+ * that is no record is ignored. */
+void lc_run_init(lc_run *r, const lc_request *q, double timeout, int progress);
+void lc_run_take_record(lc_run *r, const char *line);
 int lc_interrupted(void);   /* SIGINT or SIGTERM received (its number), 0 none */
 /* Show a progress line: stderr is a terminal and no --quiet. */
 int lc_show_progress(const lc_request *q);

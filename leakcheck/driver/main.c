@@ -92,12 +92,6 @@ void lc_check_output_path(const char *option, const char *path)
     if (access(dir, W_OK) != 0) lc_usage_error("%s %s: cannot write in %s: %s", option, path, dir, strerror(errno));
 }
 
-int lc_output_in_place(const char *path)
-{
-    struct stat st;
-    return lstat(path, &st) == 0 && !S_ISREG(st.st_mode);
-}
-
 /* The run's status, or 2 when the JUnit report it asked for was not written. */
 static int write_junit(const lc_request *q, int status)
 {

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,14 +12,24 @@
 
 #include "driver.h"
 
+/* Inside lc_parse_args_try(): where a usage error or --help goes back to
+ * (1 --help, 2 usage error), and the message; NULL outside it. */
+static jmp_buf *parse_return;
+static char *parse_err;
+static size_t parse_errn;
+
 void lc_usage_error(const char *fmt, ...)
 {
+    char msg[LC_MESSAGE_MAX];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "pyfini-leakcheck: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(pyfini-leakcheck --help explains the options)\n");
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (parse_return) {
+        lc_scopy(parse_err, parse_errn, msg);
+        longjmp(*parse_return, 2);
+    }
+    fprintf(stderr, "pyfini-leakcheck: %s\n(pyfini-leakcheck --help explains the options)\n", msg);
     exit(2);
 }
 
@@ -253,7 +264,10 @@ static void apply_option(lc_request *q, int c, char **argv)
     case O_NOWRAP: q->no_wrapper = 1; break;
     case O_QUIET: q->quiet = 1; break;
     case 'h':
-    case O_HELP: help(); exit(0);
+    case O_HELP:
+        help();
+        if (parse_return) longjmp(*parse_return, 1);
+        exit(0);
     case O_VERSION: q->version = 1; break;
     case ':': lc_usage_error("option '%s' needs a value", argv[optind - 1]);
     default:
@@ -287,7 +301,7 @@ static void check_request(const lc_request *q)
         lc_usage_error("--demo runs its own subjects: no --scan, --import, --code or --file");
 }
 
-void lc_parse_args(lc_request *q, int argc, char **argv)
+int lc_parse_args_try(lc_request *q, int argc, char **argv, char *err, size_t errn)
 {
     static const struct option longopts[] = {
         {"config", required_argument, 0, O_CONFIG},   {"import", required_argument, 0, O_IMPORT},
@@ -308,8 +322,27 @@ void lc_parse_args(lc_request *q, int argc, char **argv)
     q->warmup = 10;
     q->timeout = 120;
     q->baseline = 1;
+    err[0] = 0;
+    jmp_buf back;
+    int rc = setjmp(back);
+    if (rc) {
+        parse_return = NULL;
+        return rc;
+    }
+    parse_return = &back, parse_err = err, parse_errn = errn;
     opterr = 0;
+    optind = 0;   /* glibc: 0 starts getopt afresh (a second parse in one process) */
     for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) apply_option(q, c, argv);
     if (optind < argc) lc_usage_error("unexpected argument '%s' (a module is given with --import)", argv[optind]);
     if (!q->version) check_request(q);   /* --version runs nothing: only --python matters */
+    parse_return = NULL;
+    return 0;
+}
+
+void lc_parse_args(lc_request *q, int argc, char **argv)
+{
+    char err[LC_MESSAGE_MAX];
+    int rc = lc_parse_args_try(q, argc, argv, err, sizeof err);
+    if (rc == 1) exit(0);
+    if (rc == 2) lc_usage_error("%s", err);
 }

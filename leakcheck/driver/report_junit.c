@@ -18,10 +18,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "driver.h"
+
+int lc_output_in_place(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && !S_ISREG(st.st_mode);
+}
 
 typedef struct junit_case {
     char *classname, *name, *type, *message, *text;

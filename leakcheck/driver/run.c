@@ -206,7 +206,7 @@ static void take_error(lc_run *r, const lc_record *rec)
     r->outcome = LC_OUT_ERROR;
 }
 
-static void handle_line(lc_run *r, const char *line)
+void lc_run_take_record(lc_run *r, const char *line)
 {
     lc_record rec;
     if (lc_decode(line, &rec) < 0) return;   /* not a record: ignored */
@@ -318,7 +318,7 @@ static void tail_line(void *arg, const char *line)
     keep_tail(r, "\n", 1);
 }
 
-/* Records arrive in pieces: whole lines go to handle_line. */
+/* Records arrive in pieces: whole lines go to lc_run_take_record. */
 typedef struct line_buf {
     char *s;
     size_t len, cap;
@@ -333,7 +333,7 @@ static void feed(lc_run *r, line_buf *lb, const char *buf, size_t k)
             continue;
         }
         lb->s[lb->len] = 0;
-        handle_line(r, lb->s);
+        lc_run_take_record(r, lb->s);
         lb->len = 0;
     }
 }
@@ -410,7 +410,7 @@ static void finish(lc_run *r, pid_t pid, int hung)
     else if (r->outcome != LC_OUT_DONE && r->outcome != LC_OUT_ERROR) r->outcome = LC_OUT_CRASH;
 }
 
-void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress_line)
+void lc_run_init(lc_run *r, const lc_request *q, double timeout, int progress_line)
 {
     memset(r, 0, sizeof *r);
     r->sched = lc_schedule_make(q->warmup, q->cycles, lc_has_subject(q), q->baseline);
@@ -422,6 +422,11 @@ void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress
     r->outcome = LC_OUT_CRASH;
     r->exit_status = -1;
     for (int i = 0; i < LC_NVALUES; i++) r->initial[i] = -1;
+}
+
+void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress_line)
+{
+    lc_run_init(r, q, timeout, progress_line);
     char *argv[LC_WORKER_ARGS], num[2][32];
     worker_argv(q, argv, num);
     pid_t pid;

@@ -136,6 +136,17 @@ int wk_run_subject(const wk_request *q, char *err, size_t n, int *refused)
     return rc;
 }
 
+int wk_compile_subject(const char *src, const char *filename, char *err, size_t n)
+{
+    PyObject *co = Py_CompileString(src, filename, Py_file_input);
+    if (!co) {
+        wk_describe_exception(err, n);
+        return -1;
+    }
+    Py_DECREF(co);
+    return 0;
+}
+
 /* Before any cycle, in the main interpreter: syntax of --code/--file and
  * whether each imported module can be found at all. */
 void wk_precheck_subject(const wk_request *q)
@@ -145,12 +156,8 @@ void wk_precheck_subject(const wk_request *q)
         const char *src = i ? q->file_src : q->code;
         const char *name = i ? q->file : "<--code>";
         if (!src) continue;
-        PyObject *co = Py_CompileString(src, name, Py_file_input);
-        if (!co) {
-            wk_describe_exception(err, sizeof err);
+        if (wk_compile_subject(src, name, err, sizeof err) < 0)
             wk_fail(LC_ERR_USAGE, 0, "%s does not compile: %s", i ? q->file : "--code", err);
-        }
-        Py_DECREF(co);
     }
     if (q->nimports == 0) return;
     PyObject *util = PyImport_ImportModule("importlib.util");

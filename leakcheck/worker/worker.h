@@ -45,6 +45,10 @@ void wk_reading(const wk_request *q, int64_t v[LC_NVALUES]);
 void wk_describe_exception(char *out, size_t n);   /* the pending exception as text; clears it */
 int wk_run_subject(const wk_request *q, char *err, size_t n, int *refused);   /* 0, or -1 and err */
 void wk_precheck_subject(const wk_request *q);     /* fails with a usage error */
+/* Compile src (--code's text, a --file's contents) as filename; 0, or -1
+ * with the SyntaxError (or other exception) as text in err, cleared.  What
+ * wk_precheck_subject does with each source; needs an attached thread state. */
+int wk_compile_subject(const char *src, const char *filename, char *err, size_t n);
 void wk_list_extensions(void);                     /* X records */
 
 /* where.c */
