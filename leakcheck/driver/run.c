@@ -163,8 +163,21 @@ static void take_site_text(lc_run *r, const lc_record *rec)
         lc_scopy(s->pyframes[s->npyframes++], sizeof s->pyframes[0], rec->u.frame.text);
 }
 
+/* A C record is a reading of the run only as its next planned cycle (seq,
+ * kind, round, judged as the schedule has them): one out of turn or beyond
+ * the schedule (a subject writing to fd 3) is not, and the analysis, which
+ * reads the cycles by their place in the schedule, never sees it. */
+static int planned_cycle(const lc_run *r, const lc_cycle_id *id)
+{
+    long i = (long)r->ncyc;
+    if (i >= lc_schedule_length(&r->sched) || id->seq != i + 1) return 0;
+    lc_slot sl = lc_schedule_at(&r->sched, i);
+    return id->kind == (sl.subject ? 'S' : 'B') && id->round == sl.round && id->judged == sl.judged;
+}
+
 static void take_cycle(lc_run *r, const lc_record *rec)
 {
+    if (!planned_cycle(r, &rec->u.cycle.id)) return;
     lc_cycle c = {rec->u.cycle.id, {0}, -1};
     memcpy(c.v, rec->u.cycle.v, sizeof c.v);
     r->cyc = grow(r->cyc, &r->capcyc, r->ncyc + 1, sizeof *r->cyc);
