@@ -5,8 +5,10 @@
 #   make test         the whole suite on every CPython found (plain and ASan+UBSan builds)
 #   make test-matrix  the suite on every host CPython and on the Debian sid CPythons (root; see README)
 #   make stress       valgrind memcheck on the state, error and phase tests and the 60-second
-#                     thread test (tests/test_threads), on one host CPython (STRESS_HOST) and
-#                     one sid CPython (STRESS_SID; needs root for the sid tree); docs/reliability.md
+#                     thread test (tests/test_threads), pyfini-leakcheck's fuzz targets (15 s
+#                     each, PYFINI_FUZZ_SECONDS; clang: the host only), on one host CPython
+#                     (STRESS_HOST) and one sid CPython (STRESS_SID; needs root for the sid
+#                     tree); docs/reliability.md
 #   make bench        benchmarks (figures, not pass/fail)
 #   make deb          the Debian package $(BUILD)/pyfini_<version>_<arch>.deb for this Debian
 #                     release (tools/make-deb; needs dpkg-dev and python3-dev)
