@@ -70,7 +70,7 @@ static void help_subject_and_run(void)
         "  --file F          run the Python file F\n"
         "\n"
         "The run:\n"
-        "  --cycles N        judged cycles (default 100)\n"
+        "  --cycles N        judged cycles (default 100; --cycles and --warmup: at most 10^9)\n"
         "  --warmup W        cycles measured first but not judged (default 10)\n"
         "  --no-baseline     judge the subject's cycles as they are.  By default every\n"
         "                    subject cycle is paired with a bare cycle of the same config\n"
@@ -284,6 +284,9 @@ static void apply_option(lc_request *q, int c, char **argv)
 static void check_request(const lc_request *q)
 {
     long min = lc_schedule_min_cycles(lc_has_subject(q) || q->scan || q->demo, q->baseline);
+    if (q->cycles > LC_CYCLES_MAX || q->warmup > LC_CYCLES_MAX)
+        lc_usage_error("--cycles and --warmup are at most %ld, not %ld", LC_CYCLES_MAX,
+                       q->cycles > q->warmup ? q->cycles : q->warmup);
     if (q->cycles_set && q->cycles < min)
         lc_usage_error("--cycles %ld is too few to judge: a verdict needs at least %ld judged cycles "
                        "(%d samples per meter)", q->cycles, min, LC_MIN_SAMPLES);

@@ -15,6 +15,9 @@
 #define LC_BLOCK_DIVISOR 10   /* k = judged cycles / LC_BLOCK_DIVISOR ... */
 #define LC_BLOCK_MAX 10       /* ... at most LC_BLOCK_MAX, at least 1 */
 #define LC_MIN_SAMPLES 4      /* judged samples (block pairs, or cycles) a meter needs for a verdict */
+/* --cycles and --warmup are at most this (driver and worker refuse more):
+   a schedule's length, 2 (warmup + cycles), then fits in a long */
+#define LC_CYCLES_MAX 1000000000L
 
 typedef struct lc_schedule {
     long warmup, cycles;   /* rounds: warm-up and judged */

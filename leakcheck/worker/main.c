@@ -296,8 +296,8 @@ static long parse_count(const char *opt_name, const char *s, long min)
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < min)
-        wk_fail(LC_ERR_USAGE, 0, "%s needs an integer >= %ld, not '%s'", opt_name, min, s);
+    if (errno || *end || end == s || v < min || v > LC_CYCLES_MAX)
+        wk_fail(LC_ERR_USAGE, 0, "%s needs an integer from %ld to %ld, not '%s'", opt_name, min, LC_CYCLES_MAX, s);
     return v;
 }
 

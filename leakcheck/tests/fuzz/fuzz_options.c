@@ -3,7 +3,7 @@
  * The input is argv: arguments separated by NUL bytes (argv[0] is the
  * tool's name).  lc_parse_args_try() must parse it or refuse it with a
  * message - never crash, never exit - and a request it accepts must hold
- * what the rest of the driver relies on.  What the driver then does with the
+ * what the rest of the driver relies on, down to the schedule a run follows.  What the driver then does with the
  * subject's text (--code, --import, --file) before any worker runs: the
  * report's subject line and the JSON string of --code.
  */
@@ -32,6 +32,10 @@ static void check_request(const lc_request *q)
     if (q->warmup < 0 || q->timeout < 0.1 || q->max_bytes < 0) fuzz_fail("accepted a negative number");
     for (int i = 0; i < q->nimports; i++)
         if (!q->imports[i][0]) fuzz_fail("accepted an empty --import");
+    /* the schedule lc_run_request() makes of it first (its length: the
+       cycle records the run waits for) */
+    lc_schedule s = lc_schedule_make(q->warmup, q->cycles, lc_has_subject(q), q->baseline);
+    if (lc_schedule_length(&s) < q->cycles) fuzz_fail("a schedule shorter than its %ld cycles", q->cycles);
     /* the subject as the text report and --junit name it */
     char *text = NULL;
     size_t n = 0;
