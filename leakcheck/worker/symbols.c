@@ -2,9 +2,11 @@
  * Used by the worker at the end of a --where run, when no Python allocation
  * is being recorded. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <elfutils/libdwfl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -40,6 +42,46 @@ const char *lc_symbols_error(void)
     return dwfl_errmsg(-1);
 }
 
+/* C++ names demangled by libstdc++'s __cxa_demangle (looked up at run time:
+ * loaded whenever a C++ extension module is; else libstdc++.so.6 is opened,
+ * and without it names stay mangled).  The whole name is demangled before it
+ * is cut to lc_frame's size: a mangled name cut short does not demangle
+ * (templates of pybind11's internals run to 600 characters and more). */
+typedef char *(*lc_demangle_fn)(const char *, char *, size_t *, int *);
+
+static char *demangled(const char *name)
+{
+    static lc_demangle_fn fn;
+    static int tried;
+    if (strncmp(name, "_Z", 2) != 0) return NULL;
+    if (!tried) {
+        tried = 1;
+        *(void **)&fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+        if (!fn) {
+            void *h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+            if (h) *(void **)&fn = dlsym(h, "__cxa_demangle");
+        }
+    }
+    if (!fn) return NULL;
+    int status = -1;
+    char *d = fn(name, NULL, NULL, &status);
+    if (d && status == 0) return d;
+    free(d);
+    return NULL;
+}
+
+/* name into out->function; a name too long ends in "..." */
+static void set_function(lc_frame *out, const char *name)
+{
+    size_t n = sizeof out->function, len = strlen(name);
+    if (len < n) {
+        memcpy(out->function, name, len + 1);
+        return;
+    }
+    memcpy(out->function, name, n - 4);
+    memcpy(out->function + n - 4, "...", 4);
+}
+
 int lc_symbolise(void *ip, lc_frame *out)
 {
     memset(out, 0, sizeof *out);
@@ -57,8 +99,11 @@ int lc_symbolise(void *ip, lc_frame *out)
         const char *slash = strrchr(modname, '/');
         snprintf(out->object, sizeof out->object, "%s", slash ? slash + 1 : modname);
     }
-    if (name) snprintf(out->function, sizeof out->function, "%s", name);
-    else snprintf(out->function, sizeof out->function, "%s+0x%" PRIx64,
+    if (name) {
+        char *d = demangled(name);
+        set_function(out, d ? d : name);
+        free(d);
+    } else snprintf(out->function, sizeof out->function, "%s+0x%" PRIx64,
                   out->object[0] ? out->object : "?", (uint64_t)(addr - start));
     Dwfl_Line *line = dwfl_module_getsrc(mod, addr);
     if (line) {

@@ -3,7 +3,7 @@
 #define LC_SYMBOLS_H
 
 typedef struct lc_frame {
-    char function[256];   /* symbol name, or object+offset, or the address */
+    char function[256];   /* symbol name (C++: demangled; cut to "...": ends so), or object+offset, or the address */
     char object[128];     /* file name of the ELF object */
     char file[512];       /* source file, "" if no line information */
     int line;

@@ -326,7 +326,8 @@ static void report_heap_python_lines(uint32_t id, const lc_site_info *info)
 /* --- C frames -------------------------------------------------------------- */
 /* Allocator entry points are not the interesting frame: skip them.  C heap:
  * the worker's own malloc & co (this program), libstdc++'s operator new and
- * new[] (mangled _Znw*, _Zna*: every variant) and libc's strdup family. */
+ * new[] (every variant: demangled "operator new", or mangled _Znw*, _Zna* when
+ * libstdc++'s demangler is absent) and libc's strdup family. */
 static int allocator_frame(const lc_frame *f, const char *self_object)
 {
     static const char *const prefixes[] = {
@@ -338,31 +339,6 @@ static int allocator_frame(const lc_frame *f, const char *self_object)
     for (int i = 0; prefixes[i]; i++)
         if (strncmp(f->function, prefixes[i], strlen(prefixes[i])) == 0) return 1;
     return 0;
-}
-
-/* C++ names demangled by libstdc++'s __cxa_demangle (looked up at run time:
- * loaded whenever a C++ extension module is; else libstdc++.so.6 is opened,
- * and without it names stay mangled). */
-typedef char *(*lc_demangle_fn)(const char *, char *, size_t *, int *);
-
-static void demangle(char *name, size_t n)
-{
-    static lc_demangle_fn fn;
-    static int tried;
-    if (strncmp(name, "_Z", 2) != 0) return;
-    if (!tried) {
-        tried = 1;
-        *(void **)&fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
-        if (!fn) {
-            void *h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
-            if (h) *(void **)&fn = dlsym(h, "__cxa_demangle");
-        }
-    }
-    if (!fn) return;
-    int status = -1;
-    char *d = fn(name, NULL, NULL, &status);
-    if (d && status == 0) lc_scopy(name, n, d);
-    free(d);
 }
 
 /* The file name of this program, as libdw names its object. */
@@ -398,7 +374,6 @@ static void report_frames(const site_row *r, const char *self_object)
         lc_symbolise(r->info.frames[j], &f);
         if (skipping && allocator_frame(&f, self_object)) continue;
         skipping = 0;
-        demangle(f.function, sizeof f.function);
         char obj[140] = "", text[1200];
         if (f.object[0]) snprintf(obj, sizeof obj, " [%.127s]", f.object);
         const char *base = strrchr(f.file, '/');
