@@ -842,8 +842,8 @@ static long long vm_hwm(pid_t pid)
 /* 100 MB on stdout and 100 MB on stderr in cycle 1, and one 100 kB line: the
  * driver reads it all (the worker never blocks on a full pipe), keeps a
  * bounded summary, its own memory stays bounded (VmHWM read every 20 ms
- * while it runs), and the report says the output was cut.  Plain builds only:
- * under ASan 200 MB through CPython's io takes minutes. */
+ * while it runs), and the report says the output was cut.  Under ASan too
+ * (14 s there, 4 s plain, CPython 3.12.1; the driver's VmHWM 11 MB, 6 MB). */
 START_TEST(test_output_flood)
 {
     char *code = in_cycle(1, "import sys; sys.stdout.write(('o' * 99 + '\\n') * 1000000); "
@@ -888,8 +888,9 @@ END_TEST
 /* A subject that allocates without end (1 MB at a time, appended to a list,
  * in cycle 2) under --max-rss 300M: the driver reads the worker's VmRSS
  * every 20 ms and kills it above the limit: verdict "memory limit", exit 3,
- * the RSS at the kill and the limit in --json.  Plain builds only: ASan's
- * shadow memory and quarantine are in the resident set. */
+ * the RSS at the kill and the limit in --json.  Under ASan too: its shadow
+ * memory is in the resident set but far below 300 MiB before cycle 2 (the
+ * worker sets no RLIMIT_DATA there). */
 START_TEST(test_memory_limit)
 {
     const char *code = "import os, time\n"
