@@ -199,6 +199,7 @@ typedef struct lc_run {
     int tail_cut;       /* output_tail holds only the last bytes of it */
     long long rss_at_kill;   /* LC_OUT_MEMORY: the worker's VmRSS when it was killed, bytes */
     long group_killed;  /* processes of the worker's group still there after it ended, killed */
+    long escaped_killed;   /* processes that had left the group (setsid) and outlived the worker, killed */
     lc_output err;      /* the worker's stderr: what the subject said */
     lc_children children;   /* processes the subject forked, and how they ended */
 } lc_run;

@@ -210,6 +210,7 @@ static json_t *children_json(const lc_run *r)
     set(cj, "ends", ends);
     set(cj, "other_ends", json_integer(c->other_ends));
     set(cj, "killed_with_group", json_integer(r->group_killed));
+    set(cj, "killed_left_group", json_integer(r->escaped_killed));
     return cj;
 }
 

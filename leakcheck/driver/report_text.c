@@ -285,9 +285,9 @@ static void print_output_cut(FILE *f, const lc_run *r)
 static void print_children(FILE *f, const lc_run *r)
 {
     const lc_children *c = &r->children;
-    if (r->group_killed)
-        fprintf(f, "\nprocesses of the worker's group still running after it ended: %ld, killed (SIGKILL)\n",
-                r->group_killed);
+    if (r->group_killed || r->escaped_killed)
+        fprintf(f, "\nprocesses the subject started that outlived the worker, killed (SIGKILL): %ld in its process "
+                   "group, %ld that had left it (setsid)\n", r->group_killed, r->escaped_killed);
     if (!c->total) return;
     fprintf(f, "\nchildren of the subject (forked; the worker is their reaper): %ld ended, %ld not with exit 0\n",
             c->total, c->failed);

@@ -318,9 +318,10 @@ static void worker_argv(const lc_request *q, char **argv, char num[4][32])
  * a subreaper (PR_SET_CHILD_SUBREAPER), so the group's orphans become its
  * children and it reaps them; the worker, a zombie until then, is reaped
  * last, so its pid - the group's id - cannot be reused meanwhile.  A process
- * that leaves the group (setsid(), setpgid()) is out of reach; a driver
- * killed by SIGKILL kills nothing (the worker ends by PR_SET_PDEATHSIG, what
- * the subject started stays). */
+ * that left the group (setsid(), setpgid()) is out of the group's reach, but
+ * comes to the driver when its parent ends: killed too (sweep_orphans).  A
+ * driver killed by SIGKILL kills nothing (the worker ends by
+ * PR_SET_PDEATHSIG, what the subject started stays). */
 typedef struct lc_worker {
     pid_t pid;      /* also the group's id */
     int pidfd;      /* pidfd_open() (Linux 5.3): readable when it ended; -1: waitid polling */
@@ -344,15 +345,13 @@ static void groups_init(void)
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 }
 
-static void group_live(pid_t g, int live)
+static void group_live_locked(pid_t g, int live)
 {
-    pthread_mutex_lock(&groups_lock);
     for (int i = 0; i < LC_GROUPS_MAX; i++)
         if (live ? live_groups[i] == 0 : live_groups[i] == g) {
             live_groups[i] = live ? g : 0;
             break;
         }
-    pthread_mutex_unlock(&groups_lock);
 }
 
 static int open_pidfd(pid_t pid)
@@ -378,20 +377,37 @@ static int worker_ended(lc_worker *w)
     return w->ended;
 }
 
+/* /proc/PID/file into buf (NUL-terminated); its length, -1 gone. */
+static ssize_t read_proc(pid_t pid, const char *file, char *buf, size_t n)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/%s", (long)pid, file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t k = read(fd, buf, n - 1);
+    close(fd);
+    if (k <= 0) return -1;
+    buf[k] = 0;
+    return k;
+}
+
 /* The worker's resident set (VmRSS of /proc/PID/status), bytes; -1 unknown. */
 static long long worker_rss(pid_t pid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
+    char buf[4096];
+    if (read_proc(pid, "status", buf, sizeof buf) < 0) return -1;
     const char *v = strstr(buf, "\nVmRSS:");
     long long kb;
     return v && sscanf(v + 7, "%lld", &kb) == 1 ? kb * 1024 : -1;
+}
+
+/* A process's parent and process group (/proc/PID/stat); 0 or -1 gone. */
+static int proc_stat(pid_t pid, long *ppid, long *pgrp)
+{
+    char buf[512], state;
+    if (read_proc(pid, "stat", buf, sizeof buf) < 0) return -1;
+    const char *rp = strrchr(buf, ')');   /* after the command's name, which may hold anything */
+    return rp && sscanf(rp + 1, " %c %ld %ld", &state, ppid, pgrp) == 3 ? 0 : -1;
 }
 
 /* The processes of group g other than its leader: how many are there;
@@ -406,19 +422,8 @@ static int group_reap(lc_run *r, pid_t g)
     for (struct dirent *e; (e = readdir(d));) {
         if (!isdigit((unsigned char)e->d_name[0])) continue;
         pid_t pid = (pid_t)atol(e->d_name);
-        if (pid == g) continue;
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0) continue;
-        buf[n] = 0;
-        const char *rp = strrchr(buf, ')');   /* after the command's name, which may hold anything */
-        char state;
         long ppid, pgrp;
-        if (!rp || sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 || pgrp != (long)g) continue;
+        if (pid == g || proc_stat(pid, &ppid, &pgrp) < 0 || pgrp != (long)g) continue;
         int st;
         if (ppid == (long)self && waitpid(pid, &st, WNOHANG) == pid) {
             if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) r->group_killed++;
@@ -428,6 +433,44 @@ static int group_reap(lc_run *r, pid_t g)
     }
     closedir(d);
     return there;
+}
+
+/* This process's children other than its workers (live_groups): what
+ * left a worker's group (setsid(), setpgid()) and came to the driver, a
+ * subreaper, when its parent ended - a run's leftovers, since the driver's
+ * only other children are python.c's compilers, run and waited for before
+ * any worker.  Killed and reaped (r->escaped_killed) until none is left (a
+ * killed one's children come next), LC_GROUP_END_S at most.  Under
+ * groups_lock, which spawn_worker() holds from posix_spawn() until the new
+ * worker is in live_groups. */
+static void sweep_orphans(lc_run *r)
+{
+    struct timespec pause = {0, 2 * 1000 * 1000};
+    pid_t self = getpid();
+    for (double t0 = lc_now(); lc_now() - t0 < LC_GROUP_END_S; nanosleep(&pause, NULL)) {
+        int there = 0;
+        pthread_mutex_lock(&groups_lock);
+        DIR *d = opendir("/proc");
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (!isdigit((unsigned char)e->d_name[0])) continue;
+            pid_t pid = (pid_t)atol(e->d_name);
+            long ppid, pgrp;
+            if (proc_stat(pid, &ppid, &pgrp) < 0 || ppid != (long)self) continue;
+            int worker = 0;
+            for (int i = 0; i < LC_GROUPS_MAX && !worker; i++) worker = live_groups[i] == pid;
+            if (worker) continue;
+            int st;
+            kill(pid, SIGKILL);
+            if (waitpid(pid, &st, WNOHANG) == pid) {
+                if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) r->escaped_killed++;
+            } else {
+                there++;
+            }
+        }
+        if (d) closedir(d);
+        pthread_mutex_unlock(&groups_lock);
+        if (!there) break;
+    }
 }
 
 /* The run is over: the worker's whole group killed and gone (what the
@@ -447,9 +490,12 @@ static void end_worker(lc_run *r, lc_worker *w, int *status)
         kill(-w->pid, SIGKILL);
         nanosleep(&pause, NULL);
     }
+    pthread_mutex_lock(&groups_lock);   /* reaped and out of live_groups at once (see sweep_orphans) */
     while (waitpid(w->pid, status, 0) < 0 && errno == EINTR) {}
-    group_live(w->pid, 0);
+    group_live_locked(w->pid, 0);
+    pthread_mutex_unlock(&groups_lock);
     if (w->pidfd >= 0) close(w->pidfd);
+    sweep_orphans(r);
 }
 
 /* Start the worker: stdin /dev/null, stdout into out, stderr into err,
@@ -482,7 +528,10 @@ static int spawn_worker(lc_run *r, char *const argv[], lc_worker *w, int fds[3])
     posix_spawnattr_setsigdefault(&at, &all);
     posix_spawnattr_setpgroup(&at, 0);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pthread_mutex_lock(&groups_lock);
     int rc = posix_spawn(&w->pid, argv[0], &fa, &at, argv, environ);
+    if (rc == 0) group_live_locked(w->pid, 1);
+    pthread_mutex_unlock(&groups_lock);
     posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
     close(recp[1]);
@@ -492,7 +541,6 @@ static int spawn_worker(lc_run *r, char *const argv[], lc_worker *w, int fds[3])
     fds[1] = outp[0];
     fds[2] = errp[0];
     if (rc == 0) {
-        group_live(w->pid, 1);
         w->pidfd = open_pidfd(w->pid);   /* our child, not reaped: its pid is still its own */
         w->ended = 0;
         return 0;

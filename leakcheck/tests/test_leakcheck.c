@@ -803,6 +803,29 @@ static void expect_worker_dies_with_driver(void)
     free(code);
 }
 
+/* A process that leaves the group (setsid(): subprocess's start_new_session)
+ * is out of the group kill's reach, but comes to the driver (a subreaper)
+ * when the worker dies, and is killed there: gone when the driver returns. */
+static void expect_setsid_caught(void)
+{
+    char path[128], *code;
+    temp_path(path, sizeof path, "setsid");
+    ck_assert(asprintf(&code, "import os, subprocess, time\n"
+                              "p = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+                              "with open('%s', 'w') as f: f.write(str(p.pid))\ntime.sleep(60)", path) > 0);
+    result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", "--timeout",
+                                         "1", "--json", NULL});
+    long pid = 0;
+    ck_assert_msg(read_pids(path, &pid, 1) == 1, "the subject wrote no pid\n%s%s", tail(r.out), tail(r.err));
+    ck_assert_int_eq(r.status, 3);
+    ck_assert_msg(kill((pid_t)pid, 0) == -1 && errno == ESRCH, "the setsid() child %ld outlived the driver", pid);
+    json_t *c = json_object_get(r.json, "children");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "killed_left_group")), 1);
+    free_result(&r);
+    unlink(path);
+    free(code);
+}
+
 START_TEST(test_nothing_left_running)
 {
     ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
@@ -818,6 +841,7 @@ START_TEST(test_nothing_left_running)
     /* a subject that kills its own process group: the driver is not in it */
     expect_nothing_left("os.killpg(0, 9)", (const char *[]){NULL}, 3, "crash");
     expect_worker_dies_with_driver();
+    expect_setsid_caught();
     /* nothing of any run is left to this subreaper (the driver reaped it all) */
     int st;
     ck_assert_msg(waitpid(-1, &st, WNOHANG) == -1 && errno == ECHILD, "a process of a run came back to the test");
