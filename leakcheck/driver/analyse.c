@@ -177,7 +177,8 @@ int lc_exit_status(const lc_run *r, const analysis *a)
     case LC_OUT_ERROR:
     case LC_OUT_SPAWN: return LC_EXIT_USAGE;
     case LC_OUT_CRASH:
-    case LC_OUT_HANG: return LC_EXIT_CRASH;
+    case LC_OUT_HANG:
+    case LC_OUT_MEMORY: return LC_EXIT_CRASH;
     case LC_OUT_INTERRUPTED: return LC_EXIT_INTERRUPTED;
     case LC_OUT_DONE:
         if (r->children.failed) return LC_EXIT_CRASH;
@@ -195,6 +196,7 @@ const char *lc_run_verdict(const lc_run *r, const analysis *a)
 {
     if (r->outcome == LC_OUT_CRASH) return "crash";
     if (r->outcome == LC_OUT_HANG) return "hang";
+    if (r->outcome == LC_OUT_MEMORY) return "memory limit";
     if (r->outcome == LC_OUT_INTERRUPTED) return "interrupted";
     if (r->outcome != LC_OUT_DONE) return "error";
     if (r->children.failed) return "child failed";

@@ -45,6 +45,7 @@ typedef struct lc_request {
     int cycles_set, warmup_set, config_set;
     double max_bytes, timeout;
     int timeout_set;
+    long long max_rss;          /* --max-rss: bytes of the worker's resident set, 0 no limit */
     int json, where, scan, baseline, demo, no_wrapper;
     int quiet;                  /* --quiet: no progress line */
     int list_extensions;        /* the worker lists extension modules instead of running cycles */
@@ -62,6 +63,7 @@ int lc_parse_args_try(lc_request *q, int argc, char **argv, char *err, size_t er
 /* A usage error: the message on stderr, exit 2 (inside lc_parse_args_try:
  * back to its caller). */
 void lc_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+long long lc_default_max_rss(void);   /* half the machine's RAM (0: unknown, no limit) */
 static inline int lc_has_subject(const lc_request *q) { return q->nimports || q->code || q->file; }
 static inline int lc_paired(const lc_request *q) { return lc_has_subject(q) && q->baseline; }
 
@@ -125,6 +127,8 @@ typedef struct lc_output {
     size_t nhashes;
     char partial[LC_OUTPUT_LINE_MAX];
     size_t npartial;
+    int partial_cut;                 /* the line being read is longer than partial[] */
+    long lines_cut;                  /* lines longer than LC_OUTPUT_LINE_MAX, kept up to it */
 } lc_output;
 void lc_output_feed(lc_output *o, const char *buf, size_t n, void (*each)(void *, const char *), void *arg);
 void lc_output_end(lc_output *o, void (*each)(void *, const char *), void *arg);
@@ -150,7 +154,10 @@ enum lc_outcome {
     LC_OUT_HANG,        /* no record within the timeout: killed */
     LC_OUT_SPAWN,       /* could not start the worker */
     LC_OUT_INTERRUPTED, /* SIGINT or SIGTERM to the driver: the worker was killed */
+    LC_OUT_MEMORY,      /* the worker's resident set went above --max-rss: killed */
 };
+/* A crash, hang or memory limit: the report's crash part applies. */
+static inline int lc_outcome_crashed(int o) { return o == LC_OUT_CRASH || o == LC_OUT_HANG || o == LC_OUT_MEMORY; }
 
 #define LC_TAIL_MAX 4096
 typedef struct lc_run {
@@ -158,6 +165,7 @@ typedef struct lc_run {
     lc_schedule sched;
     long expected_cycles;   /* cycle records before 'D' counts as done (0: --list-extensions) */
     double timeout_s;
+    long long max_rss;  /* --max-rss, bytes; 0 no limit */
     int progress;       /* print a progress line on stderr */
     int parallel;       /* one of --scan --jobs' threads: short waits (see run.c) */
     double started, drawn;   /* lc_now() at the start, at the last progress line */
@@ -187,6 +195,11 @@ typedef struct lc_run {
     int broken;         /* the worker's "broken" I record: its exit status (see LC_STDERR_BROKEN) */
     int signal;         /* terminating signal or 0 */
     char output_tail[LC_TAIL_MAX];   /* last bytes of the worker's stdout+stderr */
+    long long stdout_bytes, stderr_bytes;   /* what the worker wrote on each, read in all */
+    int tail_cut;       /* output_tail holds only the last bytes of it */
+    long long rss_at_kill;   /* LC_OUT_MEMORY: the worker's VmRSS when it was killed, bytes */
+    long group_killed;  /* processes of the worker's group still there after it ended, killed */
+    long escaped_killed;   /* processes that had left the group (setsid) and outlived the worker, killed */
     lc_output err;      /* the worker's stderr: what the subject said */
     lc_children children;   /* processes the subject forked, and how they ended */
 } lc_run;
@@ -257,10 +270,15 @@ const char *lc_run_verdict(const lc_run *r, const analysis *a);   /* "LEAK", "no
 void lc_fmt_bytes(char *out, size_t n, double b, int sign);
 void lc_fmt_value(char *out, size_t n, const lc_meter_def *m, double v, int sign);
 const char *lc_verdict_mark(const meter_result *m);   /* "LEAK", "ok", "?" or "" */
-const char *lc_signal_name(int sig);
+const char *lc_signal_name(int sig);    /* "Segmentation fault" (sigdescr_np) */
+/* "SIGSEGV" (sigabbrev_np) into out, "SIG?" for an unknown number; returns out */
+const char *lc_signal_abbrev(int sig, char *out, size_t n);
 /* What the worker's exit status says the subject did to the tool's
  * descriptors, when the worker confirmed it (LC_STDERR_BROKEN), or NULL. */
 const char *lc_broken_text(const lc_run *r);
+/* "AddressSanitizer: SEGV": the SUMMARY line of a sanitizer's report that
+ * ended the worker (no signal; in the worker's last output) into out, or NULL. */
+const char *lc_sanitizer_summary(const lc_run *r, char *out, size_t n);
 void lc_config_description(char *out, size_t n, const interp_config *c);   /* "name: description" */
 void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analysis *a, int exit_status);
 void lc_print_error(const lc_request *q, const lc_run *r);   /* a run that ended with an E record */

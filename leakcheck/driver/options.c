@@ -1,7 +1,9 @@
 /* options.c - the options of pyfini-leakcheck, into one lc_request. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <ctype.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,7 +45,7 @@ static void help_usage_and_configs(void)
         "                        [--import MOD]... [--code SRC] [--file F]\n"
         "                        [--cycles N] [--warmup W] [--no-baseline] [--python X.Y]\n"
         "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--junit FILE]\n"
-        "                        [--plot FILE.svg] [--where] [--timeout S]\n"
+        "                        [--plot FILE.svg] [--where] [--timeout S] [--max-rss SIZE]\n"
         "                        [--no-allocator-wrapper] [--quiet] [--scan [--jobs N]] [--demo]\n"
         "       pyfini-leakcheck --version [--python X.Y] | --help\n"
         "\n"
@@ -63,6 +65,8 @@ static void help_usage_and_configs(void)
 
 static void help_subject_and_run(void)
 {
+    char ram[32];
+    lc_fmt_bytes(ram, sizeof ram, (double)lc_default_max_rss(), 0);
     printf(
         "The subject, run in each interpreter in this order (none: judge the bare cycle):\n"
         "  --import MOD      import MOD (repeatable)\n"
@@ -80,9 +84,13 @@ static void help_subject_and_run(void)
         "                    build, or the path of its python3.X-config); its worker is\n"
         "                    compiled once into ~/.cache/pyfini-leakcheck\n"
         "  --timeout S       a cycle that takes longer than S seconds is a hang (default 120)\n"
+        "  --max-rss SIZE    the worker's resident set may not grow beyond SIZE bytes (K, M,\n"
+        "                    G: 1024, 1024^2, 1024^3; default half the machine's RAM, here\n"
+        "                    %s; 0 no limit): above it the worker and every process of its\n"
+        "                    group are killed, the verdict is \"memory limit\" (exit 3)\n"
         "  --no-allocator-wrapper  do not wrap Python's allocators: undistorted rss and\n"
         "                    malloc figures, but the py* and blocks meters are off\n"
-        "\n");
+        "\n", ram);
 }
 
 static void help_meters_and_verdict(void)
@@ -164,9 +172,10 @@ static void help_output(void)
         "     leak report on the subject's stderr\n"
         "  2  usage error (e.g. --cycles below %ld), or the subject failed (raised,\n"
         "     missing module, syntax error, a config the Python does not have)\n"
-        "  3  the subject crashed or hung; ended the process itself (os._exit); closed or\n"
-        "     replaced the tool's record pipe (fd 3) or the worker's stderr (fd 2); or a\n"
-        "     process it forked did not exit 0: the report says which, in which cycle\n"
+        "  3  the subject crashed or hung; went above --max-rss (\"memory limit\"); ended\n"
+        "     the process itself (os._exit); closed or replaced the tool's record pipe\n"
+        "     (fd 3) or the worker's stderr (fd 2); or a process it forked did not exit\n"
+        "     0: the report says which, in which cycle\n"
         "  4  not judged: the run finished but no bytes meter could judge\n"
         "  5  interrupted (SIGINT, SIGTERM): the report of the finished cycles, marked\n"
         "     INTERRUPTED, not a verdict; the worker is killed\n"
@@ -196,6 +205,31 @@ static double parse_num(const char *name, const char *s, double min)
     return v;
 }
 
+/* --max-rss: bytes, or a whole number with K, M or G (1024-based) */
+static long long parse_size(const char *name, const char *s)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    long long mult = 1;
+    if (end != s && *end && !end[1]) {
+        switch (*end) {
+        case 'K': case 'k': mult = 1LL << 10, end++; break;
+        case 'M': case 'm': mult = 1LL << 20, end++; break;
+        case 'G': case 'g': mult = 1LL << 30, end++; break;
+        }
+    }
+    if (errno || end == s || *end || v < 0 || !isdigit((unsigned char)s[0]) || v > LLONG_MAX / mult)
+        lc_usage_error("%s needs a size in bytes (a whole number >= 0, optionally with K, M or G), not '%s'", name, s);
+    return v * mult;
+}
+
+long long lc_default_max_rss(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (long long)pages * page / 2 : 0;
+}
+
 static long parse_int(const char *name, const char *s, long min)
 {
     char *end;
@@ -207,7 +241,7 @@ static long parse_int(const char *name, const char *s, long min)
 
 enum { O_CONFIG = 1000, O_IMPORT, O_CODE, O_FILE, O_CYCLES, O_WARMUP, O_PYTHON, O_MAXB, O_JSON, O_CSV,
        O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_JUNIT, O_QUIET,
-       O_PLOT, O_JOBS, O_LAST = O_JOBS };
+       O_PLOT, O_JOBS, O_MAXRSS, O_LAST = O_MAXRSS };
 
 static void set_config(lc_request *q, const char *name)
 {
@@ -248,6 +282,7 @@ static void apply_value(lc_request *q, int c, const char *val)
         if (!*val) lc_usage_error("--plot needs a file name");
         break;
     case O_JOBS: q->jobs = parse_int("--jobs", val, 1); break;
+    case O_MAXRSS: q->max_rss = parse_size("--max-rss", val); break;
     case O_TIMEOUT: q->timeout = parse_num("--timeout", val, 0.1), q->timeout_set = 1; break;
     }
 }
@@ -318,12 +353,14 @@ int lc_parse_args_try(lc_request *q, int argc, char **argv, char *err, size_t er
         {"version", no_argument, 0, O_VERSION},       {"no-allocator-wrapper", no_argument, 0, O_NOWRAP},
         {"junit", required_argument, 0, O_JUNIT},      {"quiet", no_argument, 0, O_QUIET},
         {"plot", required_argument, 0, O_PLOT},       {"jobs", required_argument, 0, O_JOBS},
+        {"max-rss", required_argument, 0, O_MAXRSS},
         {0, 0, 0, 0}};
     memset(q, 0, sizeof *q);
     q->config = &interp_configs[INTERP_LEGACY];
     q->cycles = 100;
     q->warmup = 10;
     q->timeout = 120;
+    q->max_rss = lc_default_max_rss();
     q->baseline = 1;
     err[0] = 0;
     jmp_buf back;

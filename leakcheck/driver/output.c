@@ -174,25 +174,31 @@ static void take_line(lc_output *o, const char *line, void (*each)(void *, const
     if (!take_pyfini(o, line)) summarise(o, line);
 }
 
+/* The line in partial[] is whole. */
+static void end_line(lc_output *o, void (*each)(void *, const char *), void *arg)
+{
+    o->partial[o->npartial] = 0;
+    if (o->partial_cut) o->lines_cut++;
+    take_line(o, o->partial, each, arg);
+    o->npartial = 0;
+    o->partial_cut = 0;
+}
+
 void lc_output_feed(lc_output *o, const char *buf, size_t n, void (*each)(void *, const char *), void *arg)
 {
     for (size_t i = 0; i < n; i++) {
         if (buf[i] != '\n') {
             if (o->npartial + 1 < sizeof o->partial) o->partial[o->npartial++] = buf[i];
-            continue;   /* the rest of a line longer than LC_OUTPUT_LINE_MAX is dropped */
+            else o->partial_cut = 1;   /* the rest of a line longer than LC_OUTPUT_LINE_MAX is dropped */
+            continue;
         }
-        o->partial[o->npartial] = 0;
-        take_line(o, o->partial, each, arg);
-        o->npartial = 0;
+        end_line(o, each, arg);
     }
 }
 
 void lc_output_end(lc_output *o, void (*each)(void *, const char *), void *arg)
 {
-    if (!o->npartial) return;
-    o->partial[o->npartial] = 0;
-    take_line(o, o->partial, each, arg);
-    o->npartial = 0;
+    if (o->npartial) end_line(o, each, arg);
 }
 
 void lc_output_free(lc_output *o)

@@ -74,11 +74,20 @@ json_t *lc_python_json(const lc_request *q, const lc_run *r)
 static json_t *crash_json(const lc_run *r)
 {
     json_t *c = json_object();
-    set(c, "kind", lc_json_str(r->outcome == LC_OUT_HANG ? "hang" : "crash"));
-    set(c, "signal", r->signal ? json_integer(r->signal) : json_null());
-    set(c, "signal_name", r->signal ? lc_json_str(lc_signal_name(r->signal)) : json_null());
+    char abbrev[32];
+    set(c, "kind", lc_json_str(r->outcome == LC_OUT_HANG ? "hang" : r->outcome == LC_OUT_MEMORY ? "memory" : "crash"));
+    int sig = r->signal;   /* a hang, a memory limit: the driver's SIGKILL */
+    set(c, "signal", sig ? json_integer(sig) : json_null());
+    set(c, "signal_name", sig ? lc_json_str(lc_signal_name(sig)) : json_null());
+    set(c, "signal_abbrev", sig ? lc_json_str(lc_signal_abbrev(sig, abbrev, sizeof abbrev)) : json_null());
+    set(c, "rss_at_kill", r->outcome == LC_OUT_MEMORY ? json_integer(r->rss_at_kill) : json_null());
     set(c, "exit_status", r->exit_status >= 0 ? json_integer(r->exit_status) : json_null());
     const char *why = lc_broken_text(r);
+    char san[96], san_why[160];
+    if (!why && r->outcome == LC_OUT_CRASH && lc_sanitizer_summary(r, san, sizeof san)) {
+        snprintf(san_why, sizeof san_why, "%s: the sanitizer's report ended the worker", san);
+        why = san_why;
+    }
     if (!why && !r->signal && r->outcome == LC_OUT_CRASH)
         why = "the worker process ended before the cycle finished: the subject ended it (e.g. os._exit)";
     set(c, "reason", why ? lc_json_str(why) : json_null());
@@ -169,8 +178,21 @@ static json_t *stderr_json(const lc_output *o)
     return sj;
 }
 
-static json_t *children_json(const lc_children *c)
+/* How much the worker wrote on stdout and stderr, and what of it is kept. */
+static json_t *output_json(const lc_run *r)
 {
+    json_t *oj = json_object();
+    set(oj, "stdout_bytes", json_integer(r->stdout_bytes));
+    set(oj, "stderr_bytes", json_integer(r->stderr_bytes));
+    set(oj, "tail_bytes", json_integer((json_int_t)strlen(r->output_tail)));
+    set(oj, "cut", json_boolean(r->tail_cut || r->err.lines_cut));
+    set(oj, "stderr_lines_cut", json_integer(r->err.lines_cut));
+    return oj;
+}
+
+static json_t *children_json(const lc_run *r)
+{
+    const lc_children *c = &r->children;
     json_t *cj = json_object(), *ends = json_array();
     set(cj, "total", json_integer(c->total));
     set(cj, "failed", json_integer(c->failed));
@@ -187,6 +209,8 @@ static json_t *children_json(const lc_children *c)
     }
     set(cj, "ends", ends);
     set(cj, "other_ends", json_integer(c->other_ends));
+    set(cj, "killed_with_group", json_integer(r->group_killed));
+    set(cj, "killed_left_group", json_integer(r->escaped_killed));
     return cj;
 }
 
@@ -207,6 +231,7 @@ static void request_json(json_t *o, const lc_request *q)
     set(o, "warmup", json_integer(q->warmup));
     set(o, "cycles", json_integer(q->cycles));
     set(o, "max_bytes_per_cycle", json_real(q->max_bytes));
+    set(o, "max_rss", json_integer(q->max_rss));
 }
 
 /* What was found: times, meters, obmalloc blocks, --where sites. */
@@ -245,7 +270,8 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
     findings_json(o, q, r, a);
     set(o, "verdict", lc_json_str(lc_run_verdict(r, a)));
     set(o, "subject_stderr", stderr_json(&r->err));
-    set(o, "children", children_json(&r->children));
+    set(o, "subject_output", output_json(r));
+    set(o, "children", children_json(r));
     if (r->outcome == LC_OUT_INTERRUPTED) {
         json_t *ij = json_object();
         set(ij, "signal", json_integer(r->interrupted));
@@ -259,7 +285,7 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
     for (size_t i = 0; i < LC_NMETERS; i++)
         if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, lc_json_str(a->m[i].def->name));
     set(o, "leaking_meters", lm);
-    set(o, "crash", (r->outcome == LC_OUT_CRASH || r->outcome == LC_OUT_HANG) ? crash_json(r) : json_null());
+    set(o, "crash", lc_outcome_crashed(r->outcome) ? crash_json(r) : json_null());
     set(o, "cycles_finished", json_integer((json_int_t)r->ncyc));
     set(o, "exit_status", json_integer(exit_status));
     lc_json_print(o, JSON_INDENT(2) | JSON_REAL_PRECISION(10));

@@ -42,6 +42,13 @@ const char *lc_signal_name(int sig)
     return d ? d : "unknown signal";
 }
 
+const char *lc_signal_abbrev(int sig, char *out, size_t n)
+{
+    const char *a = sigabbrev_np(sig);
+    snprintf(out, n, "SIG%s", a ? a : "?");
+    return out;
+}
+
 void lc_config_description(char *out, size_t n, const interp_config *c)
 {
     snprintf(out, n, "%s: %s", c->name, c->description);
@@ -175,18 +182,45 @@ const char *lc_broken_text(const lc_run *r)
     return NULL;
 }
 
+const char *lc_sanitizer_summary(const lc_run *r, char *out, size_t n)
+{
+    const char *last = NULL;
+    for (const char *s = r->output_tail, *q; (q = strstr(s, "SUMMARY: ")); s = q + 9) last = q;
+    if (r->signal || !last) return NULL;
+    last += 9;
+    const char *san = strstr(last, "Sanitizer: "), *eol = strchr(last, '\n');
+    if (!san || (eol && san > eol)) return NULL;
+    const char *kind = san + 11;
+    size_t len = strcspn(kind, " \n");
+    snprintf(out, n, "%.*s%.*s", (int)(kind - last), last, (int)len, kind);
+    return out;
+}
+
 static void print_crash(FILE *f, const lc_run *r)
 {
     const char *what = r->begun.kind == 'S' ? "a subject cycle" : "a bare cycle";
     long round = r->begun.round;
     const char *phase = r->begun.judged ? "judged" : "warm-up";
-    if (r->outcome == LC_OUT_HANG)
+    char abbrev[96], rss[32], limit[32];
+    if (r->outcome == LC_OUT_HANG) {
         fprintf(f, "HANG: cycle %ld (%s, round %ld, %s) did not finish within %g s: the worker was killed\n",
                 r->begun.seq, what, round + 1, phase, r->timeout_s);
-    else if (r->signal)
-        fprintf(f, "CRASH: the worker was killed by signal %d (%s) in cycle %ld (%s, round %ld, %s)\n", r->signal,
-                lc_signal_name(r->signal), r->begun.seq, what, round + 1, phase);
-    else if (lc_broken_text(r))
+    } else if (r->outcome == LC_OUT_MEMORY) {
+        lc_fmt_bytes(rss, sizeof rss, (double)r->rss_at_kill, 0);
+        lc_fmt_bytes(limit, sizeof limit, (double)r->max_rss, 0);
+        fprintf(f, "MEMORY LIMIT: the worker's resident set was %s (%lld bytes), above --max-rss %s (%lld bytes),\n"
+                   "  in cycle %ld (%s, round %ld, %s): the worker and its process group were killed\n",
+                rss, r->rss_at_kill, limit, r->max_rss, r->begun.seq, what, round + 1, phase);
+    } else if (r->signal) {
+        fprintf(f, "CRASH: the worker was killed by signal %d (%s, %s) in cycle %ld (%s, round %ld, %s)\n", r->signal,
+                lc_signal_abbrev(r->signal, abbrev, sizeof abbrev), lc_signal_name(r->signal), r->begun.seq, what,
+                round + 1, phase);
+    }
+    else if (lc_sanitizer_summary(r, abbrev, sizeof abbrev))
+        fprintf(f, "SANITIZER: %s in cycle %ld (%s, round %ld, %s): the sanitizer's report ended the worker\n"
+                   "  (exit status %d); the report is the worker's last output below\n", abbrev, r->begun.seq, what,
+                round + 1, phase, r->exit_status);
+    else if (lc_broken_text(r))   /* from here: the worker ended by itself */
         fprintf(f, "BROKEN: %s in cycle %ld (%s, round %ld, %s): the worker could not go on\n", lc_broken_text(r),
                 r->begun.seq, what, round + 1, phase);
     else
@@ -235,10 +269,25 @@ static void print_subject_stderr(FILE *f, const lc_run *r)
                 lc_plural(o->more_distinct));
 }
 
+/* How much the worker wrote, when the report could not keep all of it. */
+static void print_output_cut(FILE *f, const lc_run *r)
+{
+    if (!r->tail_cut && !r->err.lines_cut) return;
+    char out[32], err[32];
+    lc_fmt_bytes(out, sizeof out, (double)r->stdout_bytes, 0);
+    lc_fmt_bytes(err, sizeof err, (double)r->stderr_bytes, 0);
+    fprintf(f, "subject's output: CUT: %s on stdout, %s on stderr; kept: the summary of stderr above (lines up to %d\n"
+               "  bytes: %ld longer line%s cut there) and the last %zu bytes of both (the worker's last output)\n",
+            out, err, LC_OUTPUT_LINE_MAX - 1, r->err.lines_cut, lc_plural(r->err.lines_cut), strlen(r->output_tail));
+}
+
 /* How the processes the subject forked ended. */
 static void print_children(FILE *f, const lc_run *r)
 {
     const lc_children *c = &r->children;
+    if (r->group_killed || r->escaped_killed)
+        fprintf(f, "\nprocesses the subject started that outlived the worker, killed (SIGKILL): %ld in its process "
+                   "group, %ld that had left it (setsid)\n", r->group_killed, r->escaped_killed);
     if (!c->total) return;
     fprintf(f, "\nchildren of the subject (forked; the worker is their reaper): %ld ended, %ld not with exit 0\n",
             c->total, c->failed);
@@ -334,9 +383,10 @@ void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analys
     else fprintf(f, "(no judged cycle finished)\n");
     if (q->where && r->outcome == LC_OUT_DONE) print_where(f, r, a);
     print_subject_stderr(f, r);
+    print_output_cut(f, r);
     print_children(f, r);
     fprintf(f, "\n");
-    if (r->outcome == LC_OUT_CRASH || r->outcome == LC_OUT_HANG) {
+    if (lc_outcome_crashed(r->outcome)) {
         print_crash(f, r);
         fprintf(f, "subject: ");
         lc_print_subject(f, q);

@@ -1,15 +1,20 @@
 /* run.c - start a worker for a request and gather its records (see
  * shared/lc_protocol.h) into an lc_run. */
 #define _GNU_SOURCE
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,6 +30,8 @@ extern char **environ;
    its wait at once, the others see the flag within this */
 #define LC_POLL_PARALLEL_S 0.2
 #define LC_READ_CHUNK 65536
+#define LC_RSS_POLL_S 0.02   /* --max-rss: the worker's VmRSS is read this often while records are awaited */
+#define LC_GROUP_END_S 2     /* longest wait for the killed worker's group to be gone */
 
 double lc_now(void)
 {
@@ -251,6 +258,7 @@ void lc_run_take_record(lc_run *r, const char *line)
 static void keep_tail(lc_run *r, const char *buf, size_t n)
 {
     size_t cap = sizeof r->output_tail - 1, have = strlen(r->output_tail);
+    if (have + n > cap) r->tail_cut = 1;
     if (n >= cap) {
         memcpy(r->output_tail, buf + n - cap, cap);
         r->output_tail[cap] = 0;
@@ -266,10 +274,18 @@ static void keep_tail(lc_run *r, const char *buf, size_t n)
 }
 
 /* The worker's argv for q (pointers into q and into num). */
-static void worker_argv(const lc_request *q, char **argv, char num[2][32])
+static void worker_argv(const lc_request *q, char **argv, char num[4][32])
 {
     int n = 0;
     argv[n++] = (char *)q->worker;
+    /* the driver's pid: the worker checks it after PR_SET_PDEATHSIG (a
+       driver gone before that is not signalled); its memory backstop */
+    snprintf(num[2], 32, "%ld", (long)getpid());
+    argv[n++] = "--driver-pid";
+    argv[n++] = num[2];
+    snprintf(num[3], 32, "%lld", q->max_rss);
+    argv[n++] = "--max-rss";
+    argv[n++] = num[3];
     if (q->list_extensions) {
         argv[n++] = "--list-extensions";
         argv[n] = NULL;
@@ -292,10 +308,203 @@ static void worker_argv(const lc_request *q, char **argv, char num[2][32])
     argv[n] = NULL;
 }
 
-/* Start the worker: stdin /dev/null, stdout into out, stderr into err,
- * records into rec. */
-static int spawn_worker(lc_run *r, char *const argv[], pid_t *pid, int fds[3])
+/* --- the worker's process group -------------------------------------------- */
+/* Every worker leads a process group of its own (POSIX_SPAWN_SETPGROUP: set
+ * before it runs a single instruction, so no kill(-pgid) ever misses it):
+ * what the subject starts without setsid() - fork, subprocess, os.system's
+ * "cmd &", their children - is in it.  The driver kills the whole group
+ * (kill(-pgid, SIGKILL)) whenever a run ends: timeout, memory limit,
+ * interrupt, the worker's own end, and this process's exit (atexit).  It is
+ * a subreaper (PR_SET_CHILD_SUBREAPER), so the group's orphans become its
+ * children and it reaps them; the worker, a zombie until then, is reaped
+ * last, so its pid - the group's id - cannot be reused meanwhile.  A process
+ * that left the group (setsid(), setpgid()) is out of the group's reach, but
+ * comes to the driver when its parent ends: killed too (sweep_orphans).  A
+ * driver killed by SIGKILL kills nothing (the worker ends by
+ * PR_SET_PDEATHSIG, what the subject started stays). */
+typedef struct lc_worker {
+    pid_t pid;      /* also the group's id */
+    int pidfd;      /* pidfd_open() (Linux 5.3): readable when it ended; -1: waitid polling */
+    int ended;      /* it ended (a zombie: not reaped yet) */
+} lc_worker;
+
+#define LC_GROUPS_MAX 1024   /* workers running at once (--scan --jobs) that atexit kills */
+static pid_t live_groups[LC_GROUPS_MAX];
+static pthread_mutex_t groups_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t groups_once = PTHREAD_ONCE_INIT;
+
+static void kill_live_groups(void)   /* atexit: a driver that exits mid-run (out of memory) */
 {
+    for (int i = 0; i < LC_GROUPS_MAX; i++)
+        if (live_groups[i] > 0) kill(-live_groups[i], SIGKILL);
+}
+
+static void groups_init(void)
+{
+    atexit(kill_live_groups);
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+}
+
+static void group_live_locked(pid_t g, int live)
+{
+    for (int i = 0; i < LC_GROUPS_MAX; i++)
+        if (live ? live_groups[i] == 0 : live_groups[i] == g) {
+            live_groups[i] = live ? g : 0;
+            break;
+        }
+}
+
+static int open_pidfd(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+#else
+    (void)pid;
+    return -1;
+#endif
+}
+
+/* Has the worker ended?  Without a pidfd: waitid(WNOHANG | WNOWAIT), which
+ * leaves it a zombie. */
+static int worker_ended(lc_worker *w)
+{
+    if (w->ended || w->pidfd >= 0) return w->ended;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == w->pid) w->ended = 1;
+    return w->ended;
+}
+
+/* /proc/PID/file into buf (NUL-terminated); its length, -1 gone. */
+static ssize_t read_proc(pid_t pid, const char *file, char *buf, size_t n)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/%s", (long)pid, file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t k = read(fd, buf, n - 1);
+    close(fd);
+    if (k <= 0) return -1;
+    buf[k] = 0;
+    return k;
+}
+
+/* The worker's resident set (VmRSS of /proc/PID/status), bytes; -1 unknown. */
+static long long worker_rss(pid_t pid)
+{
+    char buf[4096];
+    if (read_proc(pid, "status", buf, sizeof buf) < 0) return -1;
+    const char *v = strstr(buf, "\nVmRSS:");
+    long long kb;
+    return v && sscanf(v + 7, "%lld", &kb) == 1 ? kb * 1024 : -1;
+}
+
+/* A process's parent and process group (/proc/PID/stat); 0 or -1 gone. */
+static int proc_stat(pid_t pid, long *ppid, long *pgrp)
+{
+    char buf[512], state;
+    if (read_proc(pid, "stat", buf, sizeof buf) < 0) return -1;
+    const char *rp = strrchr(buf, ')');   /* after the command's name, which may hold anything */
+    return rp && sscanf(rp + 1, " %c %ld %ld", &state, ppid, pgrp) == 3 ? 0 : -1;
+}
+
+/* The processes of group g other than its leader: how many are there;
+ * those that are this process's children and ended are reaped (killed:
+ * counted in r->group_killed). */
+static int group_reap(lc_run *r, pid_t g)
+{
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int there = 0;
+    pid_t self = getpid();
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        pid_t pid = (pid_t)atol(e->d_name);
+        long ppid, pgrp;
+        if (pid == g || proc_stat(pid, &ppid, &pgrp) < 0 || pgrp != (long)g) continue;
+        int st;
+        if (ppid == (long)self && waitpid(pid, &st, WNOHANG) == pid) {
+            if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) r->group_killed++;
+            continue;
+        }
+        there++;
+    }
+    closedir(d);
+    return there;
+}
+
+/* This process's children other than its workers (live_groups): what
+ * left a worker's group (setsid(), setpgid()) and came to the driver, a
+ * subreaper, when its parent ended - a run's leftovers, since the driver's
+ * only other children are python.c's compilers, run and waited for before
+ * any worker.  Killed and reaped (r->escaped_killed) until none is left (a
+ * killed one's children come next), LC_GROUP_END_S at most.  Under
+ * groups_lock, which spawn_worker() holds from posix_spawn() until the new
+ * worker is in live_groups. */
+static void sweep_orphans(lc_run *r)
+{
+    struct timespec pause = {0, 2 * 1000 * 1000};
+    pid_t self = getpid();
+    for (double t0 = lc_now(); lc_now() - t0 < LC_GROUP_END_S; nanosleep(&pause, NULL)) {
+        int there = 0;
+        pthread_mutex_lock(&groups_lock);
+        DIR *d = opendir("/proc");
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (!isdigit((unsigned char)e->d_name[0])) continue;
+            pid_t pid = (pid_t)atol(e->d_name);
+            long ppid, pgrp;
+            if (proc_stat(pid, &ppid, &pgrp) < 0 || ppid != (long)self) continue;
+            int worker = 0;
+            for (int i = 0; i < LC_GROUPS_MAX && !worker; i++) worker = live_groups[i] == pid;
+            if (worker) continue;
+            int st;
+            kill(pid, SIGKILL);
+            if (waitpid(pid, &st, WNOHANG) == pid) {
+                if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) r->escaped_killed++;
+            } else {
+                there++;
+            }
+        }
+        if (d) closedir(d);
+        pthread_mutex_unlock(&groups_lock);
+        if (!there) break;
+    }
+}
+
+/* The run is over: the worker's whole group killed and gone (what the
+ * subject left running, up to LC_GROUP_END_S), then the worker reaped. */
+static void end_worker(lc_run *r, lc_worker *w, int *status)
+{
+    siginfo_t si;
+    kill(-w->pid, SIGKILL);
+    for (;;) {   /* the worker dead, still a zombie: the group's id stays ours */
+        memset(&si, 0, sizeof si);
+        int rc = w->pidfd >= 0 ? waitid(P_PIDFD, (id_t)w->pidfd, &si, WEXITED | WNOWAIT)
+                               : waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOWAIT);
+        if (rc == 0 || errno != EINTR) break;
+    }
+    struct timespec pause = {0, 2 * 1000 * 1000};
+    for (double t0 = lc_now(); group_reap(r, w->pid) && lc_now() - t0 < LC_GROUP_END_S;) {
+        kill(-w->pid, SIGKILL);
+        nanosleep(&pause, NULL);
+    }
+    pthread_mutex_lock(&groups_lock);   /* reaped and out of live_groups at once (see sweep_orphans) */
+    while (waitpid(w->pid, status, 0) < 0 && errno == EINTR) {}
+    group_live_locked(w->pid, 0);
+    pthread_mutex_unlock(&groups_lock);
+    if (w->pidfd >= 0) close(w->pidfd);
+    sweep_orphans(r);
+}
+
+/* Start the worker: stdin /dev/null, stdout into out, stderr into err,
+ * records into rec; its own process group, every signal at its default and
+ * none blocked (a signal the driver was started ignoring is not ignored by
+ * the subject). */
+static int spawn_worker(lc_run *r, char *const argv[], lc_worker *w, int fds[3])
+{
+    pthread_once(&groups_once, groups_init);
     int recp[2], outp[2], errp[2];
     if (pipe2(recp, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
         r->outcome = LC_OUT_SPAWN;
@@ -308,7 +517,22 @@ static int spawn_worker(lc_run *r, char *const argv[], pid_t *pid, int fds[3])
     posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
     posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
     posix_spawn_file_actions_adddup2(&fa, recp[1], LC_RECORD_FD);
-    int rc = posix_spawn(pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &all);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pthread_mutex_lock(&groups_lock);
+    int rc = posix_spawn(&w->pid, argv[0], &fa, &at, argv, environ);
+    if (rc == 0) group_live_locked(w->pid, 1);
+    pthread_mutex_unlock(&groups_lock);
+    posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
     close(recp[1]);
     close(outp[1]);
@@ -316,7 +540,11 @@ static int spawn_worker(lc_run *r, char *const argv[], pid_t *pid, int fds[3])
     fds[0] = recp[0];
     fds[1] = outp[0];
     fds[2] = errp[0];
-    if (rc == 0) return 0;
+    if (rc == 0) {
+        w->pidfd = open_pidfd(w->pid);   /* our child, not reaped: its pid is still its own */
+        w->ended = 0;
+        return 0;
+    }
     r->outcome = LC_OUT_SPAWN;
     snprintf(r->error, sizeof r->error, "cannot start %s: %s", argv[0], strerror(rc));
     for (int i = 0; i < 3; i++) close(fds[i]);
@@ -351,9 +579,13 @@ static void feed(lc_run *r, line_buf *lb, const char *buf, size_t k)
     }
 }
 
-/* Read the three pipes until the records end (then output for a little
- * longer) or no record came within the timeout; returns 1 on a timeout. */
-static int gather(lc_run *r, const int fds[3])
+enum gather_end { GATHER_DONE, GATHER_HUNG, GATHER_MEMORY, GATHER_INTERRUPTED };
+
+/* Read the three pipes until the worker ended and its output closed (or
+ * LC_LATE_OUTPUT_S after its end or the end of the records: a process that
+ * left the group may hold a pipe), or no record came within the timeout;
+ * with --max-rss, the worker's resident set is read every LC_RSS_POLL_S. */
+static enum gather_end gather(lc_run *r, const int fds[3], lc_worker *w)
 {
     char *buf = malloc(LC_READ_CHUNK);   /* not static: --scan --jobs runs gathers in threads */
     if (!buf) {
@@ -361,39 +593,73 @@ static int gather(lc_run *r, const int fds[3])
         exit(3);
     }
     line_buf lb = {0};
-    int open_[3] = {1, 1, 1}, hung = 0;
-    double last = lc_now(), rec_closed_at = 0;
-    while (open_[0] || open_[1] || open_[2]) {
-        if (lc_interrupt_signal) break;
-        if (!open_[0] && lc_now() - rec_closed_at > LC_LATE_OUTPUT_S) break;
-        struct pollfd p[3];
-        for (int i = 0; i < 3; i++) p[i] = (struct pollfd){open_[i] ? fds[i] : -1, POLLIN, 0};
-        /* poll at most LC_POLL_MAX_S at a time: a huge --timeout must not
-           overflow the int of poll() (the loop re-checks the time left) */
-        double left_s = last + r->timeout_s - lc_now();
-        double max_s = r->parallel ? LC_POLL_PARALLEL_S : LC_POLL_MAX_S;
-        int left_ms = left_s > max_s ? (int)(max_s * 1000) : (int)(left_s * 1000);
-        if (left_ms <= 0 && open_[0]) {
-            hung = 1;
+    int open_[3] = {1, 1, 1}, killed = 0;
+    enum gather_end end = GATHER_DONE;
+    double last = lc_now(), over_at = 0, rss_at = 0;
+    for (;;) {
+        if (lc_interrupt_signal) {
+            end = GATHER_INTERRUPTED;
             break;
         }
-        int n = poll(p, 3, open_[0] ? left_ms : (int)(max_s < 1 ? max_s * 1000 : 1000));
+        double now = lc_now();
+        if ((worker_ended(w) || !open_[0]) && !over_at) over_at = now;
+        if (!open_[0] && !open_[1] && !open_[2] && worker_ended(w)) break;
+        if (over_at && worker_ended(w) && now - over_at > LC_LATE_OUTPUT_S) break;
+        /* no record within the timeout, and the worker has not ended (also
+           after the records closed: a subject that closed fd 3 and went on) */
+        double left_s = last + r->timeout_s - now;
+        if (left_s <= 0 && !worker_ended(w)) {
+            end = GATHER_HUNG;
+            break;
+        }
+        if (r->max_rss > 0 && !worker_ended(w) && now - rss_at >= LC_RSS_POLL_S) {
+            rss_at = now;
+            long long rss = worker_rss(w->pid);
+            if (rss > r->max_rss) {
+                r->rss_at_kill = rss;
+                end = GATHER_MEMORY;
+                break;
+            }
+        }
+        struct pollfd p[4];
+        for (int i = 0; i < 3; i++) p[i] = (struct pollfd){open_[i] ? fds[i] : -1, POLLIN, 0};
+        p[3] = (struct pollfd){w->pidfd >= 0 && !w->ended ? w->pidfd : -1, POLLIN, 0};
+        /* poll at most LC_POLL_MAX_S at a time: a huge --timeout must not
+           overflow the int of poll() (the loop re-checks the time left) */
+        double max_s = r->parallel ? LC_POLL_PARALLEL_S : LC_POLL_MAX_S;
+        if (over_at) max_s = max_s < 1 ? max_s : 1;
+        if (w->pidfd < 0 && max_s > 0.1) max_s = 0.1;   /* no pidfd: waitid polling */
+        if (r->max_rss > 0 && max_s > LC_RSS_POLL_S) max_s = LC_RSS_POLL_S;
+        double wait_s = left_s > max_s ? max_s : left_s;
+        int n = poll(p, 4, wait_s > 0 ? (int)(wait_s * 1000) + 1 : 0);
         if (n < 0) {
             if (errno == EINTR) continue;
             break;
         }
+        if (p[3].revents) w->ended = 1;
+        if (w->ended && !killed) {   /* what it left running: killed now, so that the pipes close */
+            killed = 1;
+            kill(-w->pid, SIGKILL);
+        }
         for (int i = 1; i < 3; i++) {
             if (!p[i].revents) continue;
             ssize_t k = read(fds[i], buf, LC_READ_CHUNK);
-            if (k <= 0) open_[i] = 0;
-            else if (i == 1) keep_tail(r, buf, (size_t)k);
-            else lc_output_feed(&r->err, buf, (size_t)k, tail_line, r);
+            if (k <= 0) {
+                open_[i] = 0;
+                continue;
+            }
+            if (i == 1) {
+                r->stdout_bytes += k;
+                keep_tail(r, buf, (size_t)k);
+            } else {
+                r->stderr_bytes += k;
+                lc_output_feed(&r->err, buf, (size_t)k, tail_line, r);
+            }
         }
         if (p[0].revents) {
             ssize_t k = read(fds[0], buf, LC_READ_CHUNK);
             if (k <= 0) {
                 open_[0] = 0;
-                rec_closed_at = lc_now();
                 continue;
             }
             last = lc_now();
@@ -403,14 +669,12 @@ static int gather(lc_run *r, const int fds[3])
     lc_output_end(&r->err, tail_line, r);
     free(lb.s);
     free(buf);
-    return hung;
+    return end;
 }
 
 /* How it ended, from the records and the exit status. */
-static void finish(lc_run *r, pid_t pid, int hung)
+static void finish(lc_run *r, int status, enum gather_end end)
 {
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     if (r->progress) fprintf(stderr, "\r\033[K");
     if (WIFSIGNALED(status)) {
         r->signal = WTERMSIG(status);
@@ -418,7 +682,8 @@ static void finish(lc_run *r, pid_t pid, int hung)
     } else if (WIFEXITED(status)) {
         r->exit_status = WEXITSTATUS(status);
     }
-    if (hung) r->outcome = LC_OUT_HANG;
+    if (end == GATHER_HUNG) r->outcome = LC_OUT_HANG;
+    else if (end == GATHER_MEMORY) r->outcome = LC_OUT_MEMORY;
     else if (r->signal || (r->outcome == LC_OUT_DONE && r->exit_status != 0)) r->outcome = LC_OUT_CRASH;
     else if (r->outcome != LC_OUT_DONE && r->outcome != LC_OUT_ERROR) r->outcome = LC_OUT_CRASH;
 }
@@ -429,6 +694,7 @@ void lc_run_init(lc_run *r, const lc_request *q, double timeout, int progress_li
     r->sched = lc_schedule_make(q->warmup, q->cycles, lc_has_subject(q), q->baseline);
     r->expected_cycles = q->list_extensions ? 0 : lc_schedule_length(&r->sched);
     r->timeout_s = timeout;
+    r->max_rss = q->max_rss;
     r->progress = progress_line;
     r->parallel = q->jobs > 1;
     r->started = lc_now();
@@ -440,16 +706,17 @@ void lc_run_init(lc_run *r, const lc_request *q, double timeout, int progress_li
 void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress_line)
 {
     lc_run_init(r, q, timeout, progress_line);
-    char *argv[LC_WORKER_ARGS], num[2][32];
+    char *argv[LC_WORKER_ARGS], num[4][32];
     worker_argv(q, argv, num);
-    pid_t pid;
+    lc_worker w = {0};
     int fds[3];
     catch_interrupts();
-    if (spawn_worker(r, argv, &pid, fds) < 0) return;
-    int hung = gather(r, fds);
-    if (hung || lc_interrupt_signal) kill(pid, SIGKILL);
+    if (spawn_worker(r, argv, &w, fds) < 0) return;
+    enum gather_end end = gather(r, fds, &w);
+    int status = 0;
+    end_worker(r, &w, &status);   /* the whole group killed, whatever the end */
     for (int i = 0; i < 3; i++) close(fds[i]);
-    finish(r, pid, hung);
+    finish(r, status, end);
     if (lc_interrupt_signal) {
         r->outcome = LC_OUT_INTERRUPTED;
         r->interrupted = lc_interrupt_signal;

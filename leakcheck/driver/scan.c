@@ -158,6 +158,12 @@ static void scan_one(scan_row *row, int cfg, scan_cell *c, const lc_request *q, 
     c->ran = 1;
     if (r.outcome == LC_OUT_CRASH) {
         crash_cell(c, &r);
+    } else if (r.outcome == LC_OUT_MEMORY) {
+        char rss[32];
+        lc_fmt_bytes(rss, sizeof rss, (double)r.rss_at_kill, 0);
+        c->severity = SEV_CRASH;
+        snprintf(c->status, sizeof c->status, "MEMORY");
+        snprintf(c->message, sizeof c->message, "cycle %ld: resident set %s, above --max-rss", r.begun.seq, rss);
     } else if (r.outcome == LC_OUT_HANG) {
         c->severity = SEV_HANG;
         snprintf(c->status, sizeof c->status, "HANG");
@@ -415,6 +421,7 @@ static void print_scan_json(const scan_row *rows, size_t n, const scan_cols *col
     json_object_set_new(o, "cycles", json_integer(q->cycles));
     json_object_set_new(o, "judged", lc_json_str(q->baseline ? "excess" : "raw"));
     json_object_set_new(o, "max_bytes_per_cycle", json_real(q->max_bytes));
+    json_object_set_new(o, "max_rss", json_integer(q->max_rss));
     for (int k = 0; k < cols->n; k++) json_array_append_new(cj, lc_json_str(interp_configs[cols->cfg[k]].name));
     json_object_set_new(o, "configs", cj);
     for (size_t i = 0; i < n; i++) {

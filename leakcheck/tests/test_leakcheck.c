@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #undef NDEBUG
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <jansson.h>
@@ -76,12 +77,18 @@ static void keep_document(const char *out)
     ck_assert_msg(f && fputs(out, f) >= 0 && fclose(f) == 0, "cannot keep %s", path);
 }
 
-/* run the tool with args (NULL-terminated, without argv[0]) */
-static result run_tool(const char *const *args)
+/* The tool started with args (NULL-terminated, without argv[0]), its
+ * stdout and stderr into unlinked temporary files. */
+typedef struct running {
+    pid_t pid;
+    int of, ef;
+} running;
+
+static running start_tool(const char *const *args)
 {
     char outp[] = "/tmp/lc-test-out-XXXXXX", errp[] = "/tmp/lc-test-err-XXXXXX";
-    int of = mkstemp(outp), ef = mkstemp(errp);
-    ck_assert(of >= 0 && ef >= 0);
+    running t = {0, mkstemp(outp), mkstemp(errp)};
+    ck_assert(t.of >= 0 && t.ef >= 0);
     unlink(outp);
     unlink(errp);
     const char *argv[64];
@@ -91,22 +98,34 @@ static result run_tool(const char *const *args)
     argv[n] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, of, 1);
-    posix_spawn_file_actions_adddup2(&fa, ef, 2);
-    pid_t pid;
-    ck_assert_int_eq(posix_spawn(&pid, LC_TOOL, &fa, NULL, (char *const *)argv, environ), 0);
+    posix_spawn_file_actions_adddup2(&fa, t.of, 1);
+    posix_spawn_file_actions_adddup2(&fa, t.ef, 2);
+    ck_assert_int_eq(posix_spawn(&t.pid, LC_TOOL, &fa, NULL, (char *const *)argv, environ), 0);
     posix_spawn_file_actions_destroy(&fa);
+    return t;
+}
+
+/* its end: exit status, output, the JSON document (kept, see keep_document) */
+static result finish_tool(running *t)
+{
     int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_int_eq(waitpid(t->pid, &st, 0), t->pid);
     result r = {0};
     r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.out = slurp(of);
-    r.err = slurp(ef);
-    close(of);
-    close(ef);
+    r.out = slurp(t->of);
+    r.err = slurp(t->ef);
+    close(t->of);
+    close(t->ef);
     r.json = json_loads(r.out, 0, NULL);
     if (r.json) keep_document(r.out);
     return r;
+}
+
+/* run the tool with args (NULL-terminated, without argv[0]) */
+static result run_tool(const char *const *args)
+{
+    running t = start_tool(args);
+    return finish_tool(&t);
 }
 
 /* the end of a long output, for assertion messages (Check limits their size) */
@@ -182,6 +201,15 @@ START_TEST(test_bad_input)
     expect_usage((const char *[]){"--timeout", "nan", NULL}, "--timeout needs a number");
     expect_usage((const char *[]){"--max-bytes-per-cycle", "-1", NULL}, "--max-bytes-per-cycle needs a number >= 0");
     expect_usage((const char *[]){"--max-bytes-per-cycle", "lots", NULL}, "--max-bytes-per-cycle needs a number");
+    /* --max-rss: bytes or K/M/G; negative, garbage, overflow and an empty value refused */
+    static const char *const bad_rss[] = {"-1", "-5M", "lots", "300MB", "3.5G", "", " 300M", "+300M", "0x10",
+                                          "99999999999999999999", "9223372036854775807K", "9000000000G"};
+    for (size_t i = 0; i < sizeof bad_rss / sizeof *bad_rss; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "--max-rss needs a size in bytes (a whole number >= 0, optionally with K, M or G), "
+                 "not '%s'", bad_rss[i]);
+        expect_usage((const char *[]){"--max-rss", bad_rss[i], NULL}, want);
+    }
 }
 END_TEST
 
@@ -620,6 +648,304 @@ START_TEST(test_hang_reported)
                                          NULL});
     ck_assert_msg(r.status == 3, "exit %d, expected 3\n%s", r.status, tail(r.out));
     ck_assert_msg(strstr(r.out, "HANG: cycle 1") != NULL, "report:\n%s", tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
+/* --- hostile subjects (issue 16): each reported, nothing left running ------ */
+static int sanitized(void)
+{
+    const char *s = getenv("LC_TEST_SANITIZED");
+    return s && *s;
+}
+
+/* The signals a subject raises in cycle 2 (os.kill(os.getpid(), N)): the
+ * worker dies of each (CPython installs no handler in the worker:
+ * PyConfig.install_signal_handlers = 0; the driver starts it with every
+ * signal at its default, none blocked).  Exit 3, the signal's number,
+ * abbreviation and the cycle in the report and in --json.  Under ASan its
+ * runtime catches SIGSEGV, SIGBUS and SIGFPE itself (handle_segv,
+ * handle_sigbus, handle_sigfpe default on): it prints its report ("SUMMARY:
+ * AddressSanitizer: SEGV ...") and exits 1 - the driver says so ("SANITIZER:
+ * AddressSanitizer: SEGV in cycle 2", crash.reason), asserted instead;
+ * SIGILL and SIGABRT (handle_sigill, handle_abort default off) kill it. */
+START_TEST(test_crash_each_signal)
+{
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGKILL, SIGTERM, SIGQUIT, SIGTRAP, SIGSYS,
+                               SIGXCPU, SIGUSR1, SIGALRM};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        int sig = sigs[i];
+        int asan_catches = sanitized() && (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE);
+        char action[64], abbrev[32], asan_kind[64];
+        snprintf(asan_kind, sizeof asan_kind, "AddressSanitizer: %s", sigabbrev_np(sig));   /* SEGV, BUS, FPE */
+        snprintf(action, sizeof action, "os.kill(os.getpid(), %d)", sig);
+        snprintf(abbrev, sizeof abbrev, "SIG%s", sigabbrev_np(sig));
+        char *code = in_cycle(2, action);
+        result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", "--json",
+                                             NULL});
+        ck_assert_msg(r.status == 3, "%s: exit %d, expected 3\n%s%s", abbrev, r.status, tail(r.out), tail(r.err));
+        json_t *c = json_object_get(r.json, "crash");
+        ck_assert_msg(json_is_object(c), "%s: no crash object\n%s", abbrev, tail(r.out));
+        ck_assert_str_eq(json_string_value(json_object_get(r.json, "verdict")), "crash");
+        ck_assert_str_eq(json_string_value(json_object_get(c, "kind")), "crash");
+        ck_assert_int_eq(json_integer_value(json_object_get(c, "cycle")), 2);
+        ck_assert_int_eq(json_integer_value(json_object_get(r.json, "cycles_finished")), 1);
+        if (asan_catches) {
+            const char *out = json_string_value(json_object_get(c, "output_tail"));
+            ck_assert_msg(json_is_null(json_object_get(c, "signal")), "%s under ASan: a signal in the report", abbrev);
+            ck_assert_int_eq(json_integer_value(json_object_get(c, "exit_status")), 1);
+            ck_assert_msg(out && strstr(out, "AddressSanitizer"), "%s under ASan: no ASan report in\n%s", abbrev,
+                          out ? out : "(none)");
+            const char *why = json_string_value(json_object_get(c, "reason"));
+            ck_assert_msg(why && strstr(why, asan_kind), "%s under ASan: reason %s", abbrev, why ? why : "(none)");
+        } else {
+            ck_assert_msg(json_integer_value(json_object_get(c, "signal")) == sig, "%s: signal %lld", abbrev,
+                          (long long)json_integer_value(json_object_get(c, "signal")));
+            ck_assert_str_eq(json_string_value(json_object_get(c, "signal_abbrev")), abbrev);
+            ck_assert_str_eq(json_string_value(json_object_get(c, "signal_name")), sigdescr_np(sig));
+        }
+        free_result(&r);
+        r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", NULL});
+        ck_assert_int_eq(r.status, 3);
+        char want[160];
+        if (asan_catches) snprintf(want, sizeof want, "SANITIZER: %s in cycle 2", asan_kind);
+        else snprintf(want, sizeof want, "CRASH: the worker was killed by signal %d (%s, %s) in cycle 2", sig, abbrev,
+                      sigdescr_np(sig));
+        ck_assert_msg(strstr(r.out, want) && strstr(r.out, "exit status 3"), "%s: '%s' not in the report:\n%s", abbrev,
+                      want, tail(r.out));
+        free_result(&r);
+        free(code);
+    }
+}
+END_TEST
+
+/* Is any process of group pgid left (zombies included)?  kill(-pgid, 0). */
+static int group_gone(pid_t pgid) { return kill(-pgid, 0) == -1 && errno == ESRCH; }
+
+/* A file the subject writes its process group (the worker's pid: it leads
+ * its group) and more pids into; the path into path. */
+static void temp_path(char *path, size_t n, const char *what)
+{
+    snprintf(path, n, "/tmp/lc-test-%s-%ld", what, (long)getpid());
+    unlink(path);
+}
+
+static int read_pids(const char *path, long *pids, int max)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0;
+    while (n < max && fscanf(f, "%ld", &pids[n]) == 1) n++;
+    fclose(f);
+    return n;
+}
+
+/* A subject that starts processes (subprocess.Popen, os.system's "sleep &":
+ * an orphan the worker, a subreaper, inherits), writes their pids and its
+ * process group, then runs action: the run ends (exit want) and, when the
+ * driver returns, no process of the worker's group is left, not even a
+ * zombie; `kind` is the verdict. */
+static void expect_nothing_left(const char *action, const char *const *extra, int want, const char *kind)
+{
+    char path[128], *code;
+    temp_path(path, sizeof path, "pids");
+    ck_assert(asprintf(&code, "import os, subprocess, time, threading\n"
+                              "p = subprocess.Popen(['sleep', '60'])\n"
+                              "os.system('sleep 60 &')\n"
+                              "with open('%s', 'w') as f: f.write('%%d %%d' %% (os.getpgrp(), p.pid))\n%s\n",
+                       path, action) > 0);
+    const char *args[32] = {"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", "--json"};
+    int n = 8;
+    for (int i = 0; extra[i]; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    result r = run_tool(args);
+    long pids[2] = {0, 0};
+    ck_assert_msg(read_pids(path, pids, 2) == 2, "%s: the subject wrote no pids\n%s%s", action, tail(r.out), tail(r.err));
+    ck_assert_msg(r.status == want, "%s: exit %d, expected %d\n%s%s", action, r.status, want, tail(r.out), tail(r.err));
+    ck_assert_str_eq(json_string_value(json_object_get(r.json, "verdict")), kind);
+    ck_assert_msg(group_gone((pid_t)pids[0]), "%s: a process of the worker's group %ld is left", action, pids[0]);
+    ck_assert_msg(kill((pid_t)pids[1], 0) == -1 && errno == ESRCH, "%s: the subject's child %ld is left", action, pids[1]);
+    /* both sleeps outlived the worker, in its group: the driver killed them */
+    json_int_t killed = json_integer_value(json_object_get(json_object_get(r.json, "children"), "killed_with_group"));
+    ck_assert_msg(killed >= 2, "%s: killed_with_group %lld, expected the two sleeps", action, (long long)killed);
+    free_result(&r);
+    unlink(path);
+    free(code);
+}
+
+/* The driver killed by SIGKILL mid-run (nothing of it runs to clean up):
+ * the worker dies too, by PR_SET_PDEATHSIG.  This test is a subreaper, so
+ * the orphaned worker becomes its child: reaped here, killed by SIGKILL. */
+static void expect_worker_dies_with_driver(void)
+{
+    char path[128], *code;
+    temp_path(path, sizeof path, "worker");
+    ck_assert(asprintf(&code, "import os, time\nwith open('%s', 'w') as f: f.write(str(os.getpgrp()))\ntime.sleep(60)",
+                       path) > 0);
+    running t = start_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", NULL});
+    long worker = 0;
+    for (int i = 0; i < 3000 && !read_pids(path, &worker, 1); i++) usleep(10 * 1000);
+    ck_assert_msg(worker > 0, "the subject did not start within 30 s");
+    ck_assert_int_eq(kill(t.pid, SIGKILL), 0);
+    result r = finish_tool(&t);
+    ck_assert_int_eq(r.status, 128 + SIGKILL);
+    int st = 0;
+    pid_t got = 0;
+    for (int i = 0; i < 500 && got == 0; i++) {
+        got = waitpid((pid_t)worker, &st, WNOHANG);
+        if (!got) usleep(10 * 1000);
+    }
+    ck_assert_msg(got == (pid_t)worker, "the worker %ld outlived the driver by 5 s (waitpid %ld)", worker, (long)got);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the worker ended with status 0x%x, not SIGKILL", st);
+    ck_assert(group_gone((pid_t)worker));
+    free_result(&r);
+    unlink(path);
+    free(code);
+}
+
+/* A process that leaves the group (setsid(): subprocess's start_new_session)
+ * is out of the group kill's reach, but comes to the driver (a subreaper)
+ * when the worker dies, and is killed there: gone when the driver returns. */
+static void expect_setsid_caught(void)
+{
+    char path[128], *code;
+    temp_path(path, sizeof path, "setsid");
+    ck_assert(asprintf(&code, "import os, subprocess, time\n"
+                              "p = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+                              "with open('%s', 'w') as f: f.write(str(p.pid))\ntime.sleep(60)", path) > 0);
+    result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", "--timeout",
+                                         "1", "--json", NULL});
+    long pid = 0;
+    ck_assert_msg(read_pids(path, &pid, 1) == 1, "the subject wrote no pid\n%s%s", tail(r.out), tail(r.err));
+    ck_assert_int_eq(r.status, 3);
+    ck_assert_msg(kill((pid_t)pid, 0) == -1 && errno == ESRCH, "the setsid() child %ld outlived the driver", pid);
+    json_t *c = json_object_get(r.json, "children");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "killed_left_group")), 1);
+    free_result(&r);
+    unlink(path);
+    free(code);
+}
+
+START_TEST(test_nothing_left_running)
+{
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    /* a hang: the worker killed at the timeout, its group with it */
+    expect_nothing_left("time.sleep(60)", (const char *[]){"--timeout", "1", NULL}, 3, "hang");
+    /* a thread that sleeps: Py_EndInterpreter waits for it (threading._shutdown) */
+    expect_nothing_left("threading.Thread(target=time.sleep, args=(60,)).start()",
+                        (const char *[]){"--timeout", "1", NULL}, 3, "hang");
+    /* a crash of the worker itself */
+    expect_nothing_left("os.abort()", (const char *[]){NULL}, 3, "crash");
+    /* os._exit: the worker ends by itself, before waiting for its children */
+    expect_nothing_left("os._exit(0)", (const char *[]){NULL}, 3, "crash");
+    /* a subject that kills its own process group: the driver is not in it */
+    expect_nothing_left("os.killpg(0, 9)", (const char *[]){NULL}, 3, "crash");
+    expect_worker_dies_with_driver();
+    expect_setsid_caught();
+    /* nothing of any run is left to this subreaper (the driver reaped it all) */
+    int st;
+    ck_assert_msg(waitpid(-1, &st, WNOHANG) == -1 && errno == ECHILD, "a process of a run came back to the test");
+}
+END_TEST
+
+/* The driver's own high-water mark of resident memory (VmHWM), bytes; -1 gone. */
+static long long vm_hwm(pid_t pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *v = strstr(buf, "VmHWM:");
+    long long kb;
+    return v && sscanf(v + 6, "%lld", &kb) == 1 ? kb * 1024 : -1;
+}
+
+/* 100 MB on stdout and 100 MB on stderr in cycle 1, and one 100 kB line: the
+ * driver reads it all (the worker never blocks on a full pipe), keeps a
+ * bounded summary, its own memory stays bounded (VmHWM read every 20 ms
+ * while it runs), and the report says the output was cut.  Under ASan too
+ * (14 s there, 4 s plain, CPython 3.12.1; the driver's VmHWM 11 MB, 6 MB). */
+START_TEST(test_output_flood)
+{
+    char *code = in_cycle(1, "import sys; sys.stdout.write(('o' * 99 + '\\n') * 1000000); "
+                             "sys.stderr.write(('e' * 99 + '\\n') * 1000000); sys.stderr.write('L' * 100000 + '\\n')");
+    for (int json = 1; json >= 0; json--) {
+        const char *args[] = {"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", json ? "--json" : NULL,
+                              NULL};
+        running t = start_tool(args);
+        long long hwm = 0;
+        for (;;) {   /* until it ended (WNOWAIT: reaped by finish_tool) */
+            long long h = vm_hwm(t.pid);
+            if (h > hwm) hwm = h;
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            if (waitid(P_PID, (id_t)t.pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == t.pid) break;
+            usleep(20 * 1000);
+        }
+        result r = finish_tool(&t);
+        ck_assert_msg(r.status == 0 || r.status == 1 || r.status == 4, "exit %d: the flood was not a finished run\n%s%s",
+                      r.status, tail(r.out), tail(r.err));
+        ck_assert_msg(hwm > 0 && hwm < 64LL << 20, "the driver's VmHWM %lld bytes: not bounded (64 MB)", hwm);
+        if (json) {
+            json_t *o = json_object_get(r.json, "subject_output");
+            ck_assert_msg(json_is_object(o), "no subject_output:\n%s", tail(r.out));
+            ck_assert(json_integer_value(json_object_get(o, "stdout_bytes")) >= 100000000);
+            ck_assert(json_integer_value(json_object_get(o, "stderr_bytes")) >= 100100000);
+            ck_assert(json_is_true(json_object_get(o, "cut")));
+            ck_assert_int_eq(json_integer_value(json_object_get(o, "stderr_lines_cut")), 1);
+            ck_assert_int_eq(json_integer_value(json_object_get(stderr_of(&r), "lines")), 1000001);
+            ck_assert_int_eq(json_integer_value(json_object_get(r.json, "cycles_finished")), 4);
+        } else {
+            ck_assert_msg(strstr(r.out, "subject's output: CUT: 100.00 MB on stdout, 100.10 MB on stderr")
+                          && strstr(r.out, "1 longer line cut"), "report:\n%s", tail(r.out));
+        }
+        printf("output_flood: the driver's VmHWM %.1f MB (%s)\n", (double)hwm / 1048576, json ? "--json" : "text");
+        free_result(&r);
+    }
+    free(code);
+}
+END_TEST
+
+/* A subject that allocates without end (1 MB at a time, appended to a list,
+ * in cycle 2) under --max-rss 300M: the driver reads the worker's VmRSS
+ * every 20 ms and kills it above the limit: verdict "memory limit", exit 3,
+ * the RSS at the kill and the limit in --json.  Under ASan too: its shadow
+ * memory is in the resident set but far below 300 MiB before cycle 2 (the
+ * worker sets no RLIMIT_DATA there). */
+START_TEST(test_memory_limit)
+{
+    const char *code = "import os, time\n"
+                       "n = int(os.environ.get('LC_TEST_N', '0')) + 1\n"
+                       "os.putenv('LC_TEST_N', str(n))\n"
+                       "l = []\n"
+                       "while n == 2:\n"
+                       "    l.append(b'x' * (1 << 20))\n"
+                       "    time.sleep(0.001)\n";
+    result r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0",
+                                         "--max-rss", "300M", "--json", NULL});
+    ck_assert_msg(r.status == 3, "exit %d, expected 3\n%s%s", r.status, tail(r.out), tail(r.err));
+    ck_assert_str_eq(json_string_value(json_object_get(r.json, "verdict")), "memory limit");
+    ck_assert_int_eq(json_integer_value(json_object_get(r.json, "max_rss")), 300LL << 20);
+    json_t *c = json_object_get(r.json, "crash");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "kind")), "memory");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "cycle")), 2);
+    json_int_t rss = json_integer_value(json_object_get(c, "rss_at_kill"));
+    ck_assert_msg(rss > 300LL << 20 && rss < 600LL << 20, "rss_at_kill %lld: not just above 300 MiB", (long long)rss);
+    printf("memory_limit: killed at %.1f MiB\n", (double)rss / 1048576);
+    free_result(&r);
+    r = run_tool((const char *[]){"--code", code, "--no-baseline", "--cycles", "4", "--warmup", "0", "--max-rss",
+                                  "300M", NULL});
+    ck_assert_int_eq(r.status, 3);
+    ck_assert_msg(strstr(r.out, "MEMORY LIMIT: the worker's resident set was") && strstr(r.out, "in cycle 2 (a subject cycle")
+                  && strstr(r.out, "above --max-rss 314.57 MB (314572800 bytes)"), "report:\n%s", tail(r.out));
+    free_result(&r);
+    /* 0: no limit (a run that allocates a little finishes) */
+    r = run_tool((const char *[]){"--max-rss", "0", "--cycles", "4", "--json", NULL});
+    ck_assert_msg(r.status == 0 || r.status == 1, "--max-rss 0: exit %d\n%s", r.status, tail(r.err));
+    ck_assert_int_eq(json_integer_value(json_object_get(r.json, "max_rss")), 0);
     free_result(&r);
 }
 END_TEST
@@ -1630,6 +1956,10 @@ int main(void)
         {"config_needs_312", test_config_needs_312, 60},
         {"crash_reported", test_crash_reported, 60},
         {"hang_reported", test_hang_reported, 60},
+        {"crash_each_signal", test_crash_each_signal, 120},
+        {"nothing_left_running", test_nothing_left_running, 60},
+        {"output_flood", test_output_flood, 60},
+        {"memory_limit", test_memory_limit, 60},
         {"decimal_isolated", test_decimal_isolated, 60},
         {"bare_isolated", test_bare_isolated, 120},
         {"bare_legacy", test_bare_legacy, 120},

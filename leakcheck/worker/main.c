@@ -22,6 +22,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -140,8 +141,13 @@ static void wk_children_end(long seq)
         if (wk_children_collect(seq)) return;
         nanosleep(&pause, NULL);
     }
-    wk_children_kill();
-    while (!wk_children_collect(seq)) nanosleep(&pause, NULL);
+    /* again and again: a child killed here may leave children of its own,
+       which come to the worker (its subreaper) only then */
+    for (;;) {
+        wk_children_kill();
+        if (wk_children_collect(seq)) return;
+        nanosleep(&pause, NULL);
+    }
 }
 
 /* --- records ------------------------------------------------------------- */
@@ -314,7 +320,8 @@ static int parse_option(wk_request *q, const char *a, const char *val)
         }
     if (!val) {
         if (!strcmp(a, "--config") || !strcmp(a, "--import") || !strcmp(a, "--code") || !strcmp(a, "--file")
-            || !strcmp(a, "--cycles") || !strcmp(a, "--warmup"))
+            || !strcmp(a, "--cycles") || !strcmp(a, "--warmup") || !strcmp(a, "--driver-pid")
+            || !strcmp(a, "--max-rss"))
             wk_fail(LC_ERR_USAGE, 0, "option %s needs a value", a);
         wk_fail(LC_ERR_USAGE, 0, "unknown worker option '%s'", a);
     }
@@ -333,6 +340,13 @@ static int parse_option(wk_request *q, const char *a, const char *val)
         q->cycles = parse_count(a, val, 1);
     } else if (!strcmp(a, "--warmup")) {
         q->warmup = parse_count(a, val, 0);
+    } else if (!strcmp(a, "--driver-pid")) {
+        q->driver_pid = parse_count(a, val, 1);
+    } else if (!strcmp(a, "--max-rss")) {
+        char *end;
+        errno = 0;
+        q->max_rss = strtoll(val, &end, 10);
+        if (errno || *end || end == val || q->max_rss < 0) wk_fail(LC_ERR_USAGE, 0, "--max-rss needs bytes, not '%s'", val);
     } else {
         wk_fail(LC_ERR_USAGE, 0, "unknown worker option '%s'", a);
     }
@@ -342,6 +356,38 @@ static int parse_option(wk_request *q, const char *a, const char *val)
 static void parse_args(wk_request *q, int argc, char **argv)
 {
     for (int i = 1; i < argc;) i += parse_option(q, argv[i], i + 1 < argc ? argv[i + 1] : NULL);
+}
+
+/* AddressSanitizer's shadow memory and quarantine make the data segment
+ * tell nothing of the subject: no RLIMIT_DATA under it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define WK_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WK_ASAN 1
+#endif
+#endif
+#ifndef WK_ASAN
+#define WK_ASAN 0
+#endif
+
+/* The driver watches the worker's resident set (--max-rss) and kills it
+ * above the limit; RLIMIT_DATA at twice the limit is the backstop for an
+ * allocation faster than its polling (a malloc() that fails there is the
+ * subject's MemoryError).  And the worker dies with the driver: the
+ * driver's pid checked after PR_SET_PDEATHSIG, since a driver gone before
+ * it is set sends no signal. */
+static void wk_limits(const wk_request *q)
+{
+    if (q->driver_pid && getppid() != (pid_t)q->driver_pid) _exit(LC_WK_EXIT_DRIVER_GONE);
+    if (q->max_rss > 0 && !WK_ASAN && q->max_rss <= (long long)(RLIM_INFINITY / 4)) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_DATA, &rl) == 0) {
+            rlim_t want = (rlim_t)q->max_rss * 2;
+            if (rl.rlim_max == RLIM_INFINITY || want < rl.rlim_max) rl.rlim_cur = want;
+            (void)setrlimit(RLIMIT_DATA, &rl);
+        }
+    }
 }
 
 static char *read_file(const char *path)
@@ -468,6 +514,7 @@ static void run_cycles(const wk_request *q, PyThreadState *main_tstate)
 
 int main(int argc, char **argv)
 {
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);   /* checked in wk_limits() */
     if (fcntl(LC_RECORD_FD, F_GETFD) < 0) {
         fprintf(stderr, "pyfini-leakcheck-worker: started by pyfini-leakcheck only (no record descriptor %d)\n",
                 LC_RECORD_FD);
@@ -478,6 +525,7 @@ int main(int argc, char **argv)
     wk_meters_open();
     wk_request q = {.config = &interp_configs[INTERP_LEGACY], .cycles = 100, .warmup = 10, .baseline = 1};
     parse_args(&q, argc, argv);
+    wk_limits(&q);
     if (q.where && q.no_wrapper)
         wk_fail(LC_ERR_USAGE, 0, "--where needs the allocator wrapper (drop --no-allocator-wrapper)");
     if (q.file) q.file_src = read_file(q.file);

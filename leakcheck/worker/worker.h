@@ -26,6 +26,8 @@ typedef struct wk_request {
     char *file_src;   /* contents of file */
     long cycles, warmup;
     int baseline, where, list_extensions, no_wrapper;
+    long driver_pid;      /* --driver-pid: the parent that PR_SET_PDEATHSIG watches (0 not given) */
+    long long max_rss;    /* --max-rss: the driver's limit, bytes (0 none): RLIMIT_DATA at twice it */
 } wk_request;
 
 static inline int wk_has_subject(const wk_request *q) { return q->nimports > 0 || q->code || q->file; }
