@@ -310,7 +310,13 @@ static void apply_option(lc_request *q, int c, char **argv)
             apply_value(q, c, optarg);
             break;
         }
-        if (optopt >= O_CONFIG) lc_usage_error("option '%s' needs a value", argv[optind - 1]);
+        if (optopt >= O_CONFIG) {
+            /* getopt_long's '?' for an option it knows: "--json=x" (a value
+             * to an option that takes none) or a value left out */
+            const char *arg = argv[optind - 1], *eq = strchr(arg, '=');
+            if (eq) lc_usage_error("option '%.*s' takes no value (given '%s')", (int)(eq - arg), arg, eq + 1);
+            lc_usage_error("option '%s' needs a value", arg);
+        }
         lc_usage_error("unknown option '%s'", argv[optind - 1]);
     }
 }

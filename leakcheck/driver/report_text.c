@@ -94,6 +94,10 @@ static void print_meter_table(FILE *f, const analysis *a, int paired)
     else
         fprintf(f, "%-11s   %-28s %s\n", "meter", "per cycle ± 99% bound", "verdict");
     for (size_t i = 0; i < LC_NMETERS; i++) print_meter_row(f, &a->m[i], paired);
+    for (size_t i = 0; i < LC_NMETERS; i++)
+        if (strcmp(a->m[i].def->name, "heap") == 0 && a->m[i].available)
+            fprintf(f, "(bytes in two meters: a block that CPython's RAW domain, or pymalloc for a request over 512 B,\n"
+                       " gets from malloc is in py.raw/py.mem/py.obj and in heap; heap.plain is heap without them)\n");
 }
 
 static void print_site(FILE *f, size_t rank, const lc_site *s)

@@ -183,6 +183,8 @@ START_TEST(test_bad_input)
     expect_usage((const char *[]){"--bogus", NULL}, "unknown option '--bogus'");
     expect_usage((const char *[]){"--cycles", "abc", NULL}, "--cycles needs an integer");
     expect_usage((const char *[]){"--cycles", NULL}, "needs a value");
+    expect_usage((const char *[]){"--json=out.json", NULL}, "option '--json' takes no value (given 'out.json')");
+    expect_usage((const char *[]){"--where=1", NULL}, "option '--where' takes no value");
     expect_usage((const char *[]){"--config", "weird", NULL}, "unknown --config 'weird'");
     expect_usage((const char *[]){"stray", NULL}, "unexpected argument 'stray'");
     expect_usage((const char *[]){"--import", "no_such_module_pyfini", "--cycles", "4", NULL},
@@ -1061,6 +1063,12 @@ START_TEST(test_heap_malloc200)
     r = heap_run("_pyfini_heap_malloc200", "1000", "1", 0);
     expect_heap(&r, "malloc200, B=1000", "no leak", 184, 216);
     ck_assert_msg(r.status == 0, "B=1000: exit %d, expected 0 (no leak)\n%s%s", r.status, tail(r.out), tail(r.err));
+    free_result(&r);
+    /* the text report says which bytes are in two meters (py.* and heap) */
+    const char *text[] = {"--import", "_pyfini_heap_malloc200", "--cycles", "4", "--warmup", "1", NULL};
+    r = run_tool(text);
+    ck_assert_msg(strstr(r.out, "(bytes in two meters: ") && strstr(r.out, "heap.plain is heap without them)"),
+                  "no two-meter line in the report\n%s", tail(r.out));
     free_result(&r);
 }
 END_TEST
