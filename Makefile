@@ -4,11 +4,14 @@
 #   make demo-phases  the four phases in the main and an isolated sub-interpreter
 #   make test         the whole suite on every CPython found (plain and ASan+UBSan builds)
 #   make test-matrix  the suite on every host CPython and on the Debian sid CPythons (root; see README)
-#   make stress       valgrind memcheck on the state, error and phase tests and the 60-second
-#                     thread test (tests/test_threads), pyfini-leakcheck's fuzz targets (15 s
-#                     each, PYFINI_FUZZ_SECONDS; clang: the host only), on one host CPython
-#                     (STRESS_HOST) and one sid CPython (STRESS_SID; needs root for the sid
-#                     tree); docs/reliability.md
+#   make stress       tools/stress, each part where it can judge (needs root for the sid tree):
+#                     on one host CPython (STRESS_HOST) valgrind memcheck on the state, error
+#                     and phase tests, the 60-second thread test (tests/test_threads), its
+#                     TSan build and pyfini-leakcheck's fuzz targets (15 s each; clang is on
+#                     the host only); on one sid CPython (STRESS_SID) valgrind again and the
+#                     soak (pyfini-leakcheck on _pyfini_soak, PYFINI_SOAK_CYCLES, legacy and
+#                     isolated: bare cycles of 3.12/3.13 lose memory themselves). One table of
+#                     every row at the end; fails when any row FAILs. docs/reliability.md
 #   make bench        benchmarks (figures, not pass/fail)
 #   make deb          the Debian package $(BUILD)/pyfini_<version>_<arch>.deb for this Debian
 #                     release (tools/make-deb; needs dpkg-dev and python3-dev)
@@ -41,8 +44,12 @@ test-matrix: deps
 
 # the heavy checks of issue 16 on one representative CPython per tree (CI time)
 stress: deps
-	PYTHON=$(STRESS_HOST) tools/stress
-	tools/sid-tree run PYTHON=$(STRESS_SID) BUILD_ROOT=build/sid tools/stress
+	@mkdir -p build; rows=build/stress-rows; rm -f $$rows; t0=$$(date +%s); rc=0; \
+	STRESS_ROWS=$$rows PYTHON=$(STRESS_HOST) tools/stress valgrind soak-threads tsan fuzz || rc=1; \
+	tools/sid-tree run STRESS_ROWS=$$rows PYTHON=$(STRESS_SID) BUILD_ROOT=build/sid tools/stress valgrind soak || rc=1; \
+	echo; echo "make stress: every row (host $(STRESS_HOST), sid $(STRESS_SID)), $$(( $$(date +%s) - t0 )) s in all:"; \
+	cat $$rows 2>/dev/null || echo "(no rows: see above)"; \
+	nf=$$(grep -c ' FAIL' $$rows 2>/dev/null); echo "make stress: $${nf:-?} rows failed"; exit $$rc
 
 bench: all
 	$(BUILD)/bench/bench_state
