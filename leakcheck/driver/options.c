@@ -177,7 +177,7 @@ static void help_output(void)
         "     (fd 3) or the worker's stderr (fd 2); or a process it forked did not exit\n"
         "     0: the report says which, in which cycle\n"
         "  4  not judged: the run finished but no bytes meter could judge\n"
-        "  5  interrupted (SIGINT, SIGTERM): the report of the finished cycles, marked\n"
+        "  5  interrupted (SIGINT, SIGTERM, SIGHUP): the report of the finished cycles, marked\n"
         "     INTERRUPTED, not a verdict; the worker is killed\n"
         "\n"
         "  --version         the version, then the CPython a run would use (the build's,\n"

@@ -54,7 +54,9 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elsize)
     return q;
 }
 
-/* --- SIGINT, SIGTERM: the run ends, its finished cycles are reported ------- */
+/* --- SIGINT, SIGTERM, SIGHUP: the run ends, its finished cycles are reported */
+/* SIGHUP too: a closed terminal or ssh session must not leave what the
+   subject started running (its default action skips every kill of ours). */
 static volatile sig_atomic_t lc_interrupt_signal;
 
 static void on_interrupt(int sig) { lc_interrupt_signal = sig; }
@@ -69,6 +71,7 @@ static void catch_interrupts(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* --- records -> lc_run ----------------------------------------------------- */

@@ -556,8 +556,10 @@ START_TEST(test_subject_exits)
 }
 END_TEST
 
-/* SIGINT/SIGTERM to the driver (issue 10): the partial report of the
- * finished cycles, marked interrupted, exit 5, and the worker ends. */
+/* SIGINT/SIGTERM/SIGHUP to the driver (issue 10): the partial report of
+ * the finished cycles, marked interrupted, exit 5, and the worker ends
+ * (SIGHUP: a closed terminal; at its default it left the subject's
+ * children running). */
 static void expect_interrupted(int sig, int json)
 {
     ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
@@ -599,6 +601,7 @@ START_TEST(test_interrupted)
 {
     expect_interrupted(SIGTERM, 1);
     expect_interrupted(SIGINT, 0);
+    expect_interrupted(SIGHUP, 1);
 }
 END_TEST
 
@@ -948,6 +951,16 @@ START_TEST(test_memory_limit)
     r = run_tool((const char *[]){"--max-rss", "0", "--cycles", "4", "--json", NULL});
     ck_assert_msg(r.status == 0 || r.status == 1, "--max-rss 0: exit %d\n%s", r.status, tail(r.err));
     ck_assert_int_eq(json_integer_value(json_object_get(r.json, "max_rss")), 0);
+    free_result(&r);
+    /* one allocation above the backstop (RLIMIT_DATA, twice the limit; not
+       under ASan) never reaches the resident set: the subject's MemoryError,
+       which must say that the limit is the tool's */
+    if (sanitized()) return;
+    r = run_tool((const char *[]){"--code", "b = bytearray(1 << 30)", "--no-baseline", "--cycles", "4", "--warmup",
+                                  "0", "--max-rss", "300M", NULL});
+    ck_assert_msg(r.status == 2, "exit %d, expected 2\n%s", r.status, tail(r.err));
+    ck_assert_msg(strstr(r.err, "MemoryError") && strstr(r.err, "limited to 629145600 bytes, RLIMIT_DATA at twice --max-rss"),
+                  "stderr:\n%s", tail(r.err));
     free_result(&r);
 }
 END_TEST

@@ -174,13 +174,23 @@ static void wk_emit_child(long seq, pid_t pid, int st)
     wk_emit(&l);
 }
 
+/* RLIMIT_DATA as wk_limits() set it (twice --max-rss), 0 none: an
+ * allocation it refused is said as such, else a MemoryError or CPython's
+ * "memory allocation failed" would not say that the limit is the tool's. */
+static long long wk_data_limit;
+
 void wk_fail(enum lc_error_kind kind, int refused, const char *fmt, ...)
 {
     char msg[LC_MESSAGE_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (wk_data_limit && n >= 0 && (size_t)n < sizeof msg &&
+        (strstr(msg, "MemoryError") || strstr(msg, "memory allocation failed") || strstr(msg, "out of memory")))
+        snprintf(msg + n, sizeof msg - (size_t)n,
+                 " (the worker's data segment is limited to %lld bytes, RLIMIT_DATA at twice --max-rss; --max-rss 0 "
+                 "lifts it)", wk_data_limit);
     lc_line l;
     lc_enc_error(&l, kind, refused, msg);
     wk_emit(&l);
@@ -385,7 +395,7 @@ static void wk_limits(const wk_request *q)
         if (getrlimit(RLIMIT_DATA, &rl) == 0) {
             rlim_t want = (rlim_t)q->max_rss * 2;
             if (rl.rlim_max == RLIM_INFINITY || want < rl.rlim_max) rl.rlim_cur = want;
-            (void)setrlimit(RLIMIT_DATA, &rl);
+            if (setrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur == want) wk_data_limit = (long long)want;
         }
     }
 }
