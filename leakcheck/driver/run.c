@@ -342,10 +342,49 @@ static void kill_live_groups(void)   /* atexit: a driver that exits mid-run (out
         if (live_groups[i] > 0) kill(-live_groups[i], SIGKILL);
 }
 
+/* What was this process's before its first worker: the children it had
+ * (a shell's "cmd & exec pyfini-leakcheck" leaves cmd to it) and the time
+ * (clock ticks since boot, as /proc/PID/stat's starttime): sweep_orphans()
+ * leaves those alone - they are not the run's.  An inherited child is never
+ * reaped by us, so its pid stays its own. */
+#define LC_INHERITED_MAX 256
+static pid_t inherited[LC_INHERITED_MAX];
+static int ninherited;
+static unsigned long long groups_start_ticks;
+
+static int proc_stat(pid_t pid, long *ppid, long *pgrp, unsigned long long *start);
+
+static unsigned long long boot_ticks(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_BOOTTIME, &ts) < 0) return 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    return (unsigned long long)ts.tv_sec * (unsigned long long)(hz > 0 ? hz : 100) +
+           (unsigned long long)ts.tv_nsec / (1000000000ULL / (unsigned long long)(hz > 0 ? hz : 100));
+}
+
 static void groups_init(void)
 {
     atexit(kill_live_groups);
+    groups_start_ticks = boot_ticks();
+    pid_t self = getpid();
+    DIR *d = opendir("/proc");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        pid_t pid = (pid_t)atol(e->d_name);
+        long ppid, pgrp;
+        if (proc_stat(pid, &ppid, &pgrp, NULL) == 0 && ppid == (long)self && ninherited < LC_INHERITED_MAX)
+            inherited[ninherited++] = pid;
+    }
+    if (d) closedir(d);
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+}
+
+static int not_the_runs(pid_t pid, unsigned long long start)
+{
+    for (int i = 0; i < ninherited; i++)
+        if (inherited[i] == pid) return 1;
+    return start < groups_start_ticks;   /* started before any worker could have */
 }
 
 static void group_live_locked(pid_t g, int live)
@@ -404,13 +443,17 @@ static long long worker_rss(pid_t pid)
     return v && sscanf(v + 7, "%lld", &kb) == 1 ? kb * 1024 : -1;
 }
 
-/* A process's parent and process group (/proc/PID/stat); 0 or -1 gone. */
-static int proc_stat(pid_t pid, long *ppid, long *pgrp)
+/* A process's parent, process group and (start not NULL) start time in
+ * clock ticks since boot (/proc/PID/stat, fields 4, 5 and 22); 0 or -1 gone. */
+static int proc_stat(pid_t pid, long *ppid, long *pgrp, unsigned long long *start)
 {
-    char buf[512], state;
+    char buf[1024], state;
     if (read_proc(pid, "stat", buf, sizeof buf) < 0) return -1;
     const char *rp = strrchr(buf, ')');   /* after the command's name, which may hold anything */
-    return rp && sscanf(rp + 1, " %c %ld %ld", &state, ppid, pgrp) == 3 ? 0 : -1;
+    if (!rp) return -1;
+    if (!start) return sscanf(rp + 1, " %c %ld %ld", &state, ppid, pgrp) == 3 ? 0 : -1;
+    return sscanf(rp + 1, " %c %ld %ld %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+                  &state, ppid, pgrp, start) == 4 ? 0 : -1;
 }
 
 /* The processes of group g other than its leader: how many are there;
@@ -426,7 +469,7 @@ static int group_reap(lc_run *r, pid_t g)
         if (!isdigit((unsigned char)e->d_name[0])) continue;
         pid_t pid = (pid_t)atol(e->d_name);
         long ppid, pgrp;
-        if (pid == g || proc_stat(pid, &ppid, &pgrp) < 0 || pgrp != (long)g) continue;
+        if (pid == g || proc_stat(pid, &ppid, &pgrp, NULL) < 0 || pgrp != (long)g) continue;
         int st;
         if (ppid == (long)self && waitpid(pid, &st, WNOHANG) == pid) {
             if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) r->group_killed++;
@@ -442,7 +485,8 @@ static int group_reap(lc_run *r, pid_t g)
  * left a worker's group (setsid(), setpgid()) and came to the driver, a
  * subreaper, when its parent ended - a run's leftovers, since the driver's
  * only other children are python.c's compilers, run and waited for before
- * any worker.  Killed and reaped (r->escaped_killed) until none is left (a
+ * any worker, and what it had before its first worker (not_the_runs: left
+ * alone).  Killed and reaped (r->escaped_killed) until none is left (a
  * killed one's children come next), LC_GROUP_END_S at most.  Under
  * groups_lock, which spawn_worker() holds from posix_spawn() until the new
  * worker is in live_groups. */
@@ -458,7 +502,8 @@ static void sweep_orphans(lc_run *r)
             if (!isdigit((unsigned char)e->d_name[0])) continue;
             pid_t pid = (pid_t)atol(e->d_name);
             long ppid, pgrp;
-            if (proc_stat(pid, &ppid, &pgrp) < 0 || ppid != (long)self) continue;
+            unsigned long long start;
+            if (proc_stat(pid, &ppid, &pgrp, &start) < 0 || ppid != (long)self || not_the_runs(pid, start)) continue;
             int worker = 0;
             for (int i = 0; i < LC_GROUPS_MAX && !worker; i++) worker = live_groups[i] == pid;
             if (worker) continue;

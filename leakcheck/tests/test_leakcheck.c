@@ -811,6 +811,30 @@ static void expect_worker_dies_with_driver(void)
 /* A process that leaves the group (setsid(): subprocess's start_new_session)
  * is out of the group kill's reach, but comes to the driver (a subreaper)
  * when the worker dies, and is killed there: gone when the driver returns. */
+/* A child the driver had before its first worker is not the run's: a
+ * shell's "cmd & exec pyfini-leakcheck" hands cmd to it, and the orphan
+ * sweep (the driver is a subreaper) had killed it and counted it as the
+ * subject's ("1 that had left it (setsid)"). */
+static void expect_inherited_child_spared(void)
+{
+    char path[128], *cmd;
+    temp_path(path, sizeof path, "inherited");
+    ck_assert(asprintf(&cmd, "sleep 60 </dev/null >/dev/null 2>&1 & echo $! > '%s'; exec '%s' --code pass "
+                             "--no-baseline --cycles 4 --warmup 0 --json >/dev/null 2>&1", path, LC_TOOL) > 0);
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    pid_t sh;
+    ck_assert_int_eq(posix_spawn(&sh, "/bin/sh", NULL, NULL, (char *const *)argv, environ), 0);
+    int st;
+    ck_assert_int_eq(waitpid(sh, &st, 0), sh);
+    long pid = 0;
+    ck_assert_msg(read_pids(path, &pid, 1) == 1, "the shell wrote no pid");
+    int alive = kill((pid_t)pid, 0) == 0;
+    kill((pid_t)pid, SIGKILL);   /* ours now (this test is a subreaper): reaped */
+    waitpid((pid_t)pid, &st, 0);
+    ck_assert_msg(alive, "the driver killed %ld, a child it had before its first worker", pid);
+    free(cmd);
+}
+
 static void expect_setsid_caught(void)
 {
     char path[128], *code;
@@ -847,6 +871,7 @@ START_TEST(test_nothing_left_running)
     expect_nothing_left("os.killpg(0, 9)", (const char *[]){NULL}, 3, "crash");
     expect_worker_dies_with_driver();
     expect_setsid_caught();
+    expect_inherited_child_spared();
     /* nothing of any run is left to this subreaper (the driver reaped it all) */
     int st;
     ck_assert_msg(waitpid(-1, &st, WNOHANG) == -1 && errno == ECHILD, "a process of a run came back to the test");
