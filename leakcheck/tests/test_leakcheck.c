@@ -808,9 +808,6 @@ static void expect_worker_dies_with_driver(void)
     free(code);
 }
 
-/* A process that leaves the group (setsid(): subprocess's start_new_session)
- * is out of the group kill's reach, but comes to the driver (a subreaper)
- * when the worker dies, and is killed there: gone when the driver returns. */
 /* A child the driver had before its first worker is not the run's: a
  * shell's "cmd & exec pyfini-leakcheck" hands cmd to it, and the orphan
  * sweep (the driver is a subreaper) had killed it and counted it as the
@@ -835,6 +832,9 @@ static void expect_inherited_child_spared(void)
     free(cmd);
 }
 
+/* A process that leaves the group (setsid(): subprocess's start_new_session)
+ * is out of the group kill's reach, but comes to the driver (a subreaper)
+ * when the worker dies, and is killed there: gone when the driver returns. */
 static void expect_setsid_caught(void)
 {
     char path[128], *code;
