@@ -2858,12 +2858,17 @@ static inline int pyfini__fork_safe(void)
     return s == 1;
 }
 
-/* The hit-table entry of (def, interp): defs are a few words apart, and
-   interpreters allocated pages apart (the main one is static). */
+/* The hit-table entry of (def, interp). Defs are at least a def apart
+   (an array of them, or static ones side by side: sizeof is a power of
+   two, so this divides by shifting), interpreters pages apart (the main one
+   is static). Counting defs in words instead put every def of an array in
+   one of 8 entries, and a ninth def next to them on one of theirs: its hits
+   all missed (bench_state's shared object, 2026-12-03). */
 static inline unsigned pyfini__hit_index(const pyfini_state_def *def,
                                          const PyInterpreterState *interp)
 {
-    return (unsigned)(((uintptr_t)def >> 3) ^ ((uintptr_t)interp >> 12)) & (PYFINI__HITS - 1);
+    return (unsigned)(((uintptr_t)def / sizeof(pyfini_state_def)) ^ ((uintptr_t)interp >> 12)) &
+           (PYFINI__HITS - 1);
 }
 
 /* Fill the entry of (def, interp) (seqlock writer); skipped if another
