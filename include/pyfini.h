@@ -576,14 +576,19 @@ typedef struct pyfini__cache_slot {
     const char *name;                    /* def->name and def->size when cached */
     size_t size;
     void *data;
+    int fillable;                        /* may go into the hit table (pyfini__state_slow) */
 } pyfini__cache_slot;
 PYFINI__UNUSED static PYFINI_THREAD_LOCAL pyfini__cache_slot pyfini__cache[PYFINI__CACHE_SLOTS];
 PYFINI__UNUSED static PYFINI_THREAD_LOCAL unsigned pyfini__cache_next = 0;
 PYFINI__UNUSED static uint64_t pyfini__epoch = 1;
 /* The process-wide hit table of this copy, in front of the per-thread
-   cache: no thread-local access and no call on a hit. One entry per hash of
-   (def, interpreter), each under its own sequence lock (seq odd while a
-   writer fills it; a writer that cannot take it skips the fill). Where the
+   cache: no thread-local access and no call on a hit. Two entries may hold
+   (def, interpreter): the one its hash names, read inline by a hit, and
+   the one half the table away, read out of line when the first holds
+   another pair (pyfini__hit_fill takes the second only then). Each entry is
+   under its own sequence lock (seq odd while a writer fills it; a writer
+   that cannot take it skips the fill, and a later lookup that finds the
+   pair in its thread's cache fills it then). Where the
    end of the entry's interpreter bumps pyfini__epoch through a hook that
    CPython always runs (pyfini__end_hooked; on 3.11, 3.12, 3.13.0-3.13.1 the
    audit hook, pyfini__audit_hooked), a hit needs no interpreter ID;
@@ -2871,13 +2876,38 @@ static inline unsigned pyfini__hit_index(const pyfini_state_def *def,
            (PYFINI__HITS - 1);
 }
 
-/* Fill the entry of (def, interp) (seqlock writer); skipped if another
-   thread is filling it. `epoch`: pyfini__epoch read before data was found;
-   interp_id: PyInterpreterState_GetID(interp). */
-static inline void pyfini__hit_fill(const pyfini_state_def *def, PyInterpreterState *interp,
-                                    uint64_t epoch, void *data, int64_t interp_id)
+/* The second entry that may hold the pair of entry i. */
+#define PYFINI__HIT_WAY2(i) ((i) ^ (PYFINI__HITS / 2))
+
+/* 1 if entry e holds no current pair but (def, interp)'s: empty, filled at
+   an older epoch, or (def, interp) already. A racy read: only where to
+   write is chosen from it, the write itself is under the entry's lock. */
+static inline int pyfini__hit_free(const pyfini__hit_entry *e, const pyfini_state_def *def,
+                                   const PyInterpreterState *interp, uint64_t epoch_now)
 {
-    pyfini__hit_entry *e = &pyfini__hits[pyfini__hit_index(def, interp)];
+    const pyfini_state_def *d = __atomic_load_n(&e->def, __ATOMIC_RELAXED);
+    return d == NULL || __atomic_load_n(&e->epoch, __ATOMIC_RELAXED) != epoch_now ||
+           (d == def && __atomic_load_n(&e->interp, __ATOMIC_RELAXED) == interp);
+}
+
+/* Fill an entry with (def, interp) (seqlock writer): the first of its two
+   entries that holds no current pair, else, with evict, the second (the
+   first stays with whoever came first; a third pair on both takes turns
+   in the second), else nothing. Skipped if another thread is filling it.
+   `epoch`: pyfini__epoch read before data was found; interp_id:
+   PyInterpreterState_GetID(interp). */
+static inline void pyfini__hit_fill(const pyfini_state_def *def, PyInterpreterState *interp,
+                                    uint64_t epoch, void *data, int64_t interp_id, int evict)
+{
+    unsigned i = pyfini__hit_index(def, interp);
+    uint64_t now = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
+    pyfini__hit_entry *e = &pyfini__hits[i];
+    if (!pyfini__hit_free(e, def, interp, now)) {
+        e = &pyfini__hits[PYFINI__HIT_WAY2(i)];
+        if (!evict && !pyfini__hit_free(e, def, interp, now)) {
+            return;
+        }
+    }
     uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
     if ((seq & 1) != 0 || !__atomic_compare_exchange_n(&e->seq, &seq, seq + 1, 0,
                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
@@ -2892,6 +2922,33 @@ static inline void pyfini__hit_fill(const pyfini_state_def *def, PyInterpreterSt
     __atomic_store_n(&e->data, data, __ATOMIC_RELAXED);
     __atomic_store_n(&e->interp_id, interp_id, __ATOMIC_RELAXED);
     __atomic_store_n(&e->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+/* The seqlock reader of entry e for (def, interp) at the current epoch
+   (the interpreter ID too where pyfini__hits_need_id): 1 and *data, or 0.
+   The hit in pyfini__state_access is this, inline, for the first entry. */
+static inline int pyfini__hit_probe(const pyfini__hit_entry *e, const pyfini_state_def *def,
+                                    PyInterpreterState *interp, void **data)
+{
+    uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+    int need_id = __atomic_load_n(&pyfini__hits_need_id, __ATOMIC_ACQUIRE);
+    if ((seq & 1) != 0 || __atomic_load_n(&e->def, __ATOMIC_RELAXED) != def ||
+        __atomic_load_n(&e->interp, __ATOMIC_RELAXED) != interp ||
+        __atomic_load_n(&e->epoch, __ATOMIC_RELAXED) !=
+            __atomic_load_n(&pyfini__epoch, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&e->name, __ATOMIC_RELAXED) != def->name ||
+        __atomic_load_n(&e->size, __ATOMIC_RELAXED) != def->size) {
+        return 0;
+    }
+    void *d = __atomic_load_n(&e->data, __ATOMIC_RELAXED);
+    int64_t id = __atomic_load_n(&e->interp_id, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (seq != __atomic_load_n(&e->seq, __ATOMIC_RELAXED) ||
+        (need_id && id != PyInterpreterState_GetID(interp))) {
+        return 0;
+    }
+    *data = d;
+    return 1;
 }
 
 /* ---- the per-thread cache and the lookup ----------------------------------- */
@@ -2935,9 +2992,14 @@ static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
         c->size = def->size;
         c->data = data;
         /* only where the interpreter's end bumps the epoch (exit hook or
-           audit hook) or hits check the ID (pyfini__hits_need_id) */
-        if (reg->phase < PYFINI_USER && pyfini__fork_safe() && pyfini__hit_guarded(interp)) {
-            pyfini__hit_fill(def, interp, epoch, data, c->interp_id);
+           audit hook) or hits check the ID (pyfini__hits_need_id); the slot
+           remembers it, so that a lookup that finds the pair in it while
+           the epoch stays the same may fill the table later (the pair's
+           entries were taken, or a fill was skipped) */
+        c->fillable = reg->phase < PYFINI_USER && pyfini__fork_safe() &&
+                      pyfini__hit_guarded(interp);
+        if (c->fillable) {
+            pyfini__hit_fill(def, interp, epoch, data, c->interp_id, 1);
         }
     }
     return data;
@@ -2957,6 +3019,12 @@ static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, in
     uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
     PyInterpreterState *interp = ts->interp;
     if (def != NULL) {
+        /* the pair's second entry in the hit table */
+        void *hit;
+        if (pyfini__hit_probe(&pyfini__hits[PYFINI__HIT_WAY2(pyfini__hit_index(def, interp))], def,
+                              interp, &hit)) {
+            return hit;
+        }
         /* A new interpreter at an ended one's address never hits here: its
            ID differs, and the epoch changes whenever an interpreter whose
            states this copy cached reaches POST_SHUTDOWN (which also covers
@@ -2971,6 +3039,9 @@ static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, in
             if (c->def == def && c->interp == interp && c->epoch == epoch &&
                 c->name == def->name && c->size == def->size) {
                 if (c->interp_id == PyInterpreterState_GetID(interp)) {
+                    if (c->fillable) {   /* into an entry no current pair holds */
+                        pyfini__hit_fill(def, interp, epoch, c->data, c->interp_id, 0);
+                    }
                     return c->data;
                 }
                 break;   /* at most one slot per (def, interpreter) */

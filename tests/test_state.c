@@ -454,6 +454,106 @@ START_TEST(test_state_hit_table_array_of_defs)
 }
 END_TEST
 
+/* Two entries may hold a pair (pyfini__hit_fill): defs 32 defs apart share
+   the first entry in one interpreter, the second takes the one half the
+   table away, a third such def takes that one in turn, and the first two
+   still hit. An entry lost (as after a fill skipped while another thread
+   held it) is filled again by the next lookup that finds the pair in its
+   thread's cache; a lookup that finds both entries held by current pairs
+   takes neither. */
+static const pyfini_state_def way_defs[65] = {
+    {"pyfini.test.way.0", 8, NULL, NULL}, {"pyfini.test.way.1", 8, NULL, NULL},
+    {"pyfini.test.way.2", 8, NULL, NULL}, {"pyfini.test.way.3", 8, NULL, NULL},
+    {"pyfini.test.way.4", 8, NULL, NULL}, {"pyfini.test.way.5", 8, NULL, NULL},
+    {"pyfini.test.way.6", 8, NULL, NULL}, {"pyfini.test.way.7", 8, NULL, NULL},
+    {"pyfini.test.way.8", 8, NULL, NULL}, {"pyfini.test.way.9", 8, NULL, NULL},
+    {"pyfini.test.way.10", 8, NULL, NULL}, {"pyfini.test.way.11", 8, NULL, NULL},
+    {"pyfini.test.way.12", 8, NULL, NULL}, {"pyfini.test.way.13", 8, NULL, NULL},
+    {"pyfini.test.way.14", 8, NULL, NULL}, {"pyfini.test.way.15", 8, NULL, NULL},
+    {"pyfini.test.way.16", 8, NULL, NULL}, {"pyfini.test.way.17", 8, NULL, NULL},
+    {"pyfini.test.way.18", 8, NULL, NULL}, {"pyfini.test.way.19", 8, NULL, NULL},
+    {"pyfini.test.way.20", 8, NULL, NULL}, {"pyfini.test.way.21", 8, NULL, NULL},
+    {"pyfini.test.way.22", 8, NULL, NULL}, {"pyfini.test.way.23", 8, NULL, NULL},
+    {"pyfini.test.way.24", 8, NULL, NULL}, {"pyfini.test.way.25", 8, NULL, NULL},
+    {"pyfini.test.way.26", 8, NULL, NULL}, {"pyfini.test.way.27", 8, NULL, NULL},
+    {"pyfini.test.way.28", 8, NULL, NULL}, {"pyfini.test.way.29", 8, NULL, NULL},
+    {"pyfini.test.way.30", 8, NULL, NULL}, {"pyfini.test.way.31", 8, NULL, NULL},
+    {"pyfini.test.way.32", 8, NULL, NULL}, {"pyfini.test.way.33", 8, NULL, NULL},
+    {"pyfini.test.way.34", 8, NULL, NULL}, {"pyfini.test.way.35", 8, NULL, NULL},
+    {"pyfini.test.way.36", 8, NULL, NULL}, {"pyfini.test.way.37", 8, NULL, NULL},
+    {"pyfini.test.way.38", 8, NULL, NULL}, {"pyfini.test.way.39", 8, NULL, NULL},
+    {"pyfini.test.way.40", 8, NULL, NULL}, {"pyfini.test.way.41", 8, NULL, NULL},
+    {"pyfini.test.way.42", 8, NULL, NULL}, {"pyfini.test.way.43", 8, NULL, NULL},
+    {"pyfini.test.way.44", 8, NULL, NULL}, {"pyfini.test.way.45", 8, NULL, NULL},
+    {"pyfini.test.way.46", 8, NULL, NULL}, {"pyfini.test.way.47", 8, NULL, NULL},
+    {"pyfini.test.way.48", 8, NULL, NULL}, {"pyfini.test.way.49", 8, NULL, NULL},
+    {"pyfini.test.way.50", 8, NULL, NULL}, {"pyfini.test.way.51", 8, NULL, NULL},
+    {"pyfini.test.way.52", 8, NULL, NULL}, {"pyfini.test.way.53", 8, NULL, NULL},
+    {"pyfini.test.way.54", 8, NULL, NULL}, {"pyfini.test.way.55", 8, NULL, NULL},
+    {"pyfini.test.way.56", 8, NULL, NULL}, {"pyfini.test.way.57", 8, NULL, NULL},
+    {"pyfini.test.way.58", 8, NULL, NULL}, {"pyfini.test.way.59", 8, NULL, NULL},
+    {"pyfini.test.way.60", 8, NULL, NULL}, {"pyfini.test.way.61", 8, NULL, NULL},
+    {"pyfini.test.way.62", 8, NULL, NULL}, {"pyfini.test.way.63", 8, NULL, NULL},
+    {"pyfini.test.way.64", 8, NULL, NULL}};
+
+/* the entry holding (def, interp) at the current epoch, or -1 */
+static int hit_entry_of(const pyfini_state_def *def, PyInterpreterState *interp)
+{
+    for (int i = 0; i < PYFINI__HITS; i++) {
+        const pyfini__hit_entry *e = &pyfini__hits[i];
+        if (e->def == def && e->interp == interp && e->epoch == pyfini__epoch) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+START_TEST(test_state_hit_table_two_entries)
+{
+    harness_init();
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    const pyfini_state_def *a = &way_defs[0], *b = &way_defs[32], *c = &way_defs[64];
+    unsigned first = pyfini__hit_index(a, interp), second = PYFINI__HIT_WAY2(first);
+    ck_assert_uint_eq(pyfini__hit_index(b, interp), first);
+    ck_assert_uint_eq(pyfini__hit_index(c, interp), first);
+    /* the first lookup of the process adds the audit hook (3.11-3.13.1),
+       which moves the epoch on: its entry is stale at once, the next
+       lookup fills it again */
+    void *da = pyfini_state(a);
+    ck_assert_ptr_eq(pyfini_state(a), da);
+    void *db = pyfini_state(b);
+    ck_assert_ptr_nonnull(da);
+    ck_assert_ptr_nonnull(db);
+    ck_assert_int_eq(hit_entry_of(a, interp), (int)first);
+    ck_assert_int_eq(hit_entry_of(b, interp), (int)second);
+    void *dc = pyfini_state(c);   /* takes the second entry from b */
+    ck_assert_ptr_nonnull(dc);
+    ck_assert_int_eq(hit_entry_of(c, interp), (int)second);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_ptr_eq(pyfini_state(a), da);
+        ck_assert_ptr_eq(pyfini_state(b), db);   /* from this thread's cache */
+        ck_assert_ptr_eq(pyfini_state(c), dc);
+        ck_assert_ptr_eq(pyfini_state_find(b), db);
+    }
+    /* both entries held by current pairs: b's cache hits took neither */
+    ck_assert_int_eq(hit_entry_of(a, interp), (int)first);
+    ck_assert_int_eq(hit_entry_of(c, interp), (int)second);
+    ck_assert_int_eq(hit_entry_of(b, interp), -1);
+    /* c's entry lost (emptied as pyfini__fork_child empties one): b's next
+       lookup, a cache hit, fills it */
+    pyfini__hit_entry *e = &pyfini__hits[second];
+    __atomic_add_fetch(&e->seq, 1, __ATOMIC_ACQ_REL);
+    e->def = NULL;
+    e->interp = NULL;
+    __atomic_add_fetch(&e->seq, 1, __ATOMIC_ACQ_REL);
+    ck_assert_ptr_eq(pyfini_state(b), db);
+    ck_assert_int_eq(hit_entry_of(b, interp), (int)second);
+    ck_assert_ptr_eq(pyfini_state(c), dc);   /* now from the cache */
+    ck_assert_int_eq(hit_entry_of(b, interp), (int)second);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+
 /* An interpreter that ends without POST_SHUTDOWN (a leaked reference keeps
    pyfini's registry capsule alive; with leak_builtins its builtins dict too,
    as a leaked function keeps its globals' __builtins__): the next one at its
@@ -1347,6 +1447,7 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_state_race_free_creation);
     tcase_add_test(tc, test_state_cache_follows_interpreters);
     tcase_add_test(tc, test_state_hit_table_array_of_defs);
+    tcase_add_test(tc, test_state_hit_table_two_entries);
     tcase_add_test(tc, test_state_cache_interp_ended_without_post);
     tcase_add_test(tc, test_state_cache_reinit_without_post);
     tcase_add_test(tc, test_state_cache_interp_ended_leaking_builtins);
