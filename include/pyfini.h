@@ -596,7 +596,8 @@ PYFINI__UNUSED static uint64_t pyfini__epoch = 1;
    between Py_FinalizeEx and the next fill) a hit also compares it, out of
    line. Fields are read and written with
    __atomic builtins. */
-#define PYFINI__HITS 32
+#define PYFINI__HITS_BITS 7
+#define PYFINI__HITS (1 << PYFINI__HITS_BITS)
 typedef struct pyfini__hit_entry {
     uint64_t seq;
     const pyfini_state_def *def;
@@ -2863,17 +2864,22 @@ static inline int pyfini__fork_safe(void)
     return s == 1;
 }
 
-/* The hit-table entry of (def, interp). Defs are at least a def apart
-   (an array of them, or static ones side by side: sizeof is a power of
-   two, so this divides by shifting), interpreters pages apart (the main one
-   is static). Counting defs in words instead put every def of an array in
-   one of 8 entries, and a ninth def next to them on one of theirs: its hits
-   all missed (bench_state's shared object, 2026-12-03). */
+/* The hit-table entry of (def, interp): Fibonacci hashing of the def's
+   number (its address in defs: sizeof is a power of two, so a shift) plus
+   the interpreter's address in 16-byte units, the top bits of the product.
+   Defs side by side (an array, or static ones next to each other) get
+   entries far apart, and the interpreters' defs do not fall on each other
+   in blocks. Two earlier indexes missed on every lookup in bench_state:
+   the def's address in words (an array of defs used 8 entries of 32, a
+   ninth def took one of theirs), and the def's number XOR the interpreter's
+   page (each interpreter's defs took an aligned block of 8 entries, and two
+   own-GIL interpreters' blocks met). */
 static inline unsigned pyfini__hit_index(const pyfini_state_def *def,
                                          const PyInterpreterState *interp)
 {
-    return (unsigned)(((uintptr_t)def / sizeof(pyfini_state_def)) ^ ((uintptr_t)interp >> 12)) &
-           (PYFINI__HITS - 1);
+    uint64_t key = (uint64_t)((uintptr_t)def / sizeof(pyfini_state_def)) +
+                   (uint64_t)((uintptr_t)interp >> 4);
+    return (unsigned)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - PYFINI__HITS_BITS));
 }
 
 /* The second entry that may hold the pair of entry i. */

@@ -454,47 +454,17 @@ START_TEST(test_state_hit_table_array_of_defs)
 }
 END_TEST
 
-/* Two entries may hold a pair (pyfini__hit_fill): defs 32 defs apart share
-   the first entry in one interpreter, the second takes the one half the
+/* Two entries may hold a pair (pyfini__hit_fill): three defs that share
+   the first entry in one interpreter (2 * PYFINI__HITS + 1 defs hold three
+   such), the second takes the one half the
    table away, a third such def takes that one in turn, and the first two
    still hit. An entry lost (as after a fill skipped while another thread
    held it) is filled again by the next lookup that finds the pair in its
    thread's cache; a lookup that finds both entries held by current pairs
    takes neither. */
-static const pyfini_state_def way_defs[65] = {
-    {"pyfini.test.way.0", 8, NULL, NULL}, {"pyfini.test.way.1", 8, NULL, NULL},
-    {"pyfini.test.way.2", 8, NULL, NULL}, {"pyfini.test.way.3", 8, NULL, NULL},
-    {"pyfini.test.way.4", 8, NULL, NULL}, {"pyfini.test.way.5", 8, NULL, NULL},
-    {"pyfini.test.way.6", 8, NULL, NULL}, {"pyfini.test.way.7", 8, NULL, NULL},
-    {"pyfini.test.way.8", 8, NULL, NULL}, {"pyfini.test.way.9", 8, NULL, NULL},
-    {"pyfini.test.way.10", 8, NULL, NULL}, {"pyfini.test.way.11", 8, NULL, NULL},
-    {"pyfini.test.way.12", 8, NULL, NULL}, {"pyfini.test.way.13", 8, NULL, NULL},
-    {"pyfini.test.way.14", 8, NULL, NULL}, {"pyfini.test.way.15", 8, NULL, NULL},
-    {"pyfini.test.way.16", 8, NULL, NULL}, {"pyfini.test.way.17", 8, NULL, NULL},
-    {"pyfini.test.way.18", 8, NULL, NULL}, {"pyfini.test.way.19", 8, NULL, NULL},
-    {"pyfini.test.way.20", 8, NULL, NULL}, {"pyfini.test.way.21", 8, NULL, NULL},
-    {"pyfini.test.way.22", 8, NULL, NULL}, {"pyfini.test.way.23", 8, NULL, NULL},
-    {"pyfini.test.way.24", 8, NULL, NULL}, {"pyfini.test.way.25", 8, NULL, NULL},
-    {"pyfini.test.way.26", 8, NULL, NULL}, {"pyfini.test.way.27", 8, NULL, NULL},
-    {"pyfini.test.way.28", 8, NULL, NULL}, {"pyfini.test.way.29", 8, NULL, NULL},
-    {"pyfini.test.way.30", 8, NULL, NULL}, {"pyfini.test.way.31", 8, NULL, NULL},
-    {"pyfini.test.way.32", 8, NULL, NULL}, {"pyfini.test.way.33", 8, NULL, NULL},
-    {"pyfini.test.way.34", 8, NULL, NULL}, {"pyfini.test.way.35", 8, NULL, NULL},
-    {"pyfini.test.way.36", 8, NULL, NULL}, {"pyfini.test.way.37", 8, NULL, NULL},
-    {"pyfini.test.way.38", 8, NULL, NULL}, {"pyfini.test.way.39", 8, NULL, NULL},
-    {"pyfini.test.way.40", 8, NULL, NULL}, {"pyfini.test.way.41", 8, NULL, NULL},
-    {"pyfini.test.way.42", 8, NULL, NULL}, {"pyfini.test.way.43", 8, NULL, NULL},
-    {"pyfini.test.way.44", 8, NULL, NULL}, {"pyfini.test.way.45", 8, NULL, NULL},
-    {"pyfini.test.way.46", 8, NULL, NULL}, {"pyfini.test.way.47", 8, NULL, NULL},
-    {"pyfini.test.way.48", 8, NULL, NULL}, {"pyfini.test.way.49", 8, NULL, NULL},
-    {"pyfini.test.way.50", 8, NULL, NULL}, {"pyfini.test.way.51", 8, NULL, NULL},
-    {"pyfini.test.way.52", 8, NULL, NULL}, {"pyfini.test.way.53", 8, NULL, NULL},
-    {"pyfini.test.way.54", 8, NULL, NULL}, {"pyfini.test.way.55", 8, NULL, NULL},
-    {"pyfini.test.way.56", 8, NULL, NULL}, {"pyfini.test.way.57", 8, NULL, NULL},
-    {"pyfini.test.way.58", 8, NULL, NULL}, {"pyfini.test.way.59", 8, NULL, NULL},
-    {"pyfini.test.way.60", 8, NULL, NULL}, {"pyfini.test.way.61", 8, NULL, NULL},
-    {"pyfini.test.way.62", 8, NULL, NULL}, {"pyfini.test.way.63", 8, NULL, NULL},
-    {"pyfini.test.way.64", 8, NULL, NULL}};
+#define WAY_DEFS (2 * PYFINI__HITS + 1)
+static pyfini_state_def way_defs[WAY_DEFS];   /* filled before their first lookup */
+static char way_names[WAY_DEFS][32];
 
 /* the entry holding (def, interp) at the current epoch, or -1 */
 static int hit_entry_of(const pyfini_state_def *def, PyInterpreterState *interp)
@@ -510,9 +480,26 @@ static int hit_entry_of(const pyfini_state_def *def, PyInterpreterState *interp)
 
 START_TEST(test_state_hit_table_two_entries)
 {
+    for (int i = 0; i < WAY_DEFS; i++) {
+        snprintf(way_names[i], sizeof way_names[i], "pyfini.test.way.%d", i);
+        way_defs[i] = (pyfini_state_def){way_names[i], 8, NULL, NULL};
+    }
     harness_init();
     PyInterpreterState *interp = PyInterpreterState_Get();
-    const pyfini_state_def *a = &way_defs[0], *b = &way_defs[32], *c = &way_defs[64];
+    const pyfini_state_def *three[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < WAY_DEFS && three[2] == NULL; i++) {
+        int n = 0;
+        for (int j = 0; j < WAY_DEFS && n < 3; j++) {
+            if (pyfini__hit_index(&way_defs[j], interp) == pyfini__hit_index(&way_defs[i], interp)) {
+                three[n++] = &way_defs[j];
+            }
+        }
+        if (n < 3) {
+            three[0] = three[1] = three[2] = NULL;
+        }
+    }
+    ck_assert_ptr_nonnull(three[2]);
+    const pyfini_state_def *a = three[0], *b = three[1], *c = three[2];
     unsigned first = pyfini__hit_index(a, interp), second = PYFINI__HIT_WAY2(first);
     ck_assert_uint_eq(pyfini__hit_index(b, interp), first);
     ck_assert_uint_eq(pyfini__hit_index(c, interp), first);
