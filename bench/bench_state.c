@@ -2,15 +2,22 @@
  * what pyfini adds to a sub-interpreter's create-and-end cycle. Figures, not
  * pass/fail; ratios side by side in one run.
  *
- *   lookups (ns per lookup, best of 5 runs of N lookups each), measured in
- *   the program and in a shared object (where thread-locals go through
- *   __tls_get_addr, as in an extension module):
+ *   lookups (ns per lookup), measured in the program and in a shared object
+ *   (where thread-locals go through __tls_get_addr, as in an extension
+ *   module), and in shared objects at 4 code layouts:
  *     thread-local pointer read   the limit: a plain _Thread_local variable
  *     CPython thread-state fetch  PyThreadState_GetUnchecked()->interp: the
  *                                 floor of any per-interpreter lookup
- *     pyfini_state() hit          pyfini's per-thread cache
+ *     pyfini_state() hit          pyfini's process-wide hit table
  *     state dict + dict lookup    PyInterpreterState_GetDict() + PyDict_GetItemWithError()
  *     module state by def         PyType_GetModuleByDef() + PyModule_GetState()
+ *   plus hits with 8 defs in turn and pybind11 3.x's get_internals() (where
+ *   its headers exist). LOOKUP_ROUNDS rounds, each a batch of every one of
+ *   them in turn (the order rotated each round): a core whose speed changes
+ *   during a run (this VM's does, by 1.5x) changes every figure of a round
+ *   alike, so each goal is judged on the median of its per-round ratio or
+ *   difference. Then hits in two interpreters on two threads: per round each
+ *   thread alone, then both at once.
  *   audit hook (ns per call of id() and compile(), which raise an
  *   audit event): without any audit hook, then with one C hook doing what
  *   pyfini's does (compare the event name), in this run, before pyfini adds
@@ -21,7 +28,9 @@
  *     and with pyfini (all four phases used, one state), in rotating order;
  *     the median of the per-round ratios with a 95 % confidence interval.
  *
- * usage: bench_state [lookups] [rounds]   (defaults 20000000 and 300)
+ * usage: bench_state [lookups] [rounds]   (defaults 20000000 and 300: the
+ *   lookups of each method and copy over all LOOKUP_ROUNDS rounds, and the
+ *   rounds of create/end cycles)
  */
 #include <Python.h>
 #include <pthread.h>
@@ -32,6 +41,8 @@
 #include "pyfini.h"
 #include "lookups.h"
 #include "interp_configs.h"
+
+#define LOOKUP_ROUNDS 40
 
 /* ---- a module with state, and a type defined by it ------------------------- */
 typedef struct {
@@ -256,19 +267,164 @@ static void cycles(PyThreadState *main_ts, int rounds)
     free(control);
 }
 
-/* ---- code layouts, 8 defs, two interpreters on two threads ----------------- */
-typedef int (*lookups_fn)(long, PyObject *, PyTypeObject *, PyModuleDef *, double *);
-static const lookups_fn layout_fns[BENCH_LAYOUTS] = {bench_lookups_pad0, bench_lookups_pad16,
-                                                     bench_lookups_pad32, bench_lookups_pad48};
+/* ---- lookups: every method, copy and layout in each round ------------------- */
+typedef int (*lookups_fn)(long, int, PyObject *, PyTypeObject *, PyModuleDef *, double *);
+/* the copies of lookups.c: in the program, in a shared object, and in
+   shared objects at 4 code layouts */
+enum { SRC_PROGRAM, SRC_SHARED, SRC_PAD0, NSRC = SRC_PAD0 + BENCH_LAYOUTS };
+static const lookups_fn src_fns[NSRC] = {bench_lookups_program, bench_lookups_shared,
+                                         bench_lookups_pad0,    bench_lookups_pad16,
+                                         bench_lookups_pad32,   bench_lookups_pad48};
 static const int layout_pad[BENCH_LAYOUTS] = {0, 16, 32, 48};
+/* what one round measures besides the copies: hits in the shared object
+   with one def and with 8 defs in turn, and pybind11's get_internals() */
+enum { ITEM_HIT1 = NSRC, ITEM_HIT8, ITEM_PYBIND11, NITEMS };
 
 typedef struct {
-    long n;
+    int rounds;
+    long batch;                               /* lookups per timed batch */
+    double *ns[NSRC][BENCH_NKINDS];           /* [round] */
+    double *hit1, *hit8, *pybind11;           /* [round]; pybind11 NULL if absent */
+} lookup_rounds;
+
+/* median of v[0..n) and its 95 % interval, without reordering v */
+static void median_of(const double *v, int n, double *med, double *lo, double *hi)
+{
+    double *c = (double *)malloc(sizeof(double) * (size_t)n);
+    memcpy(c, v, sizeof(double) * (size_t)n);
+    median_ci(c, n, med, lo, hi);
+    free(c);
+}
+
+/* per-round a[r] OP b[r], then its median and 95 % interval */
+enum { RATIO, DIFF };
+static void per_round(const double *a, const double *b, int n, int op, double *med, double *lo,
+                      double *hi)
+{
+    double *c = (double *)malloc(sizeof(double) * (size_t)n);
+    for (int r = 0; r < n; r++) {
+        c[r] = op == RATIO ? a[r] / b[r] : a[r] - b[r];
+    }
+    median_ci(c, n, med, lo, hi);
+    free(c);
+}
+
+/* rounds x (every copy's five methods, one-def and 8-def hits, pybind11),
+   in an order rotated by one each round; -1 with an exception set */
+static int measure_lookups(lookup_rounds *lr, PyObject *key, PyTypeObject *type)
+{
+    for (int r = 0; r < lr->rounds; r++) {
+        for (int j = 0; j < NITEMS; j++) {
+            int it = (r + j) % NITEMS;
+            double ns[BENCH_NKINDS];
+            if (it < NSRC) {
+                if (src_fns[it](lr->batch, r % BENCH_NKINDS, key, type, &bench_module, ns) < 0) {
+                    return -1;
+                }
+                for (int k = 0; k < BENCH_NKINDS; k++) {
+                    lr->ns[it][k][r] = ns[k];
+                }
+            } else if (it == ITEM_HIT1 || it == ITEM_HIT8) {
+                double h = bench_hits_shared(lr->batch, it == ITEM_HIT1 ? 1 : 8);
+                if (h < 0) {
+                    return -1;
+                }
+                (it == ITEM_HIT1 ? lr->hit1 : lr->hit8)[r] = h;
+            } else if (lr->pybind11 != NULL) {
+#ifdef BENCH_HAVE_PYBIND11
+                lr->pybind11[r] = bench_pybind11_internals(lr->batch);
+                if (lr->pybind11[r] < 0) {
+                    PyErr_SetString(PyExc_RuntimeError, "pybind11's get_internals() failed");
+                    return -1;
+                }
+#endif
+            }
+        }
+    }
+    return 0;
+}
+
+static const char *met(int ok) { return ok ? "met" : "NOT met"; }
+
+static void report_lookups(const lookup_rounds *lr)
+{
+    int n = lr->rounds;
+    double med, lo, hi;
+    printf("\nlookup of per-interpreter state, ns per lookup: %d rounds, each a batch of %ld "
+           "lookups of every method in every copy (in turn, the order rotated each round); "
+           "the median over the rounds, and x the thread-local read (the median of the "
+           "per-round ratios):\n", n, lr->batch);
+    printf("  %-28s %18s %18s\n", "method", "in the program", "in a shared object");
+    for (int k = 0; k < BENCH_NKINDS; k++) {
+        double m[2], x[2];
+        for (int s = 0; s < 2; s++) {
+            median_of(lr->ns[s][k], n, &m[s], &lo, &hi);
+            per_round(lr->ns[s][k], lr->ns[s][BENCH_TLS], n, RATIO, &x[s], &lo, &hi);
+        }
+        printf("  %-28s %8.2f %7.2fx  %8.2f %7.2fx\n", kind_name[k], m[0], x[0], m[1], x[1]);
+    }
+    printf("  hits guarded by (CPython %s): in the program %s; in the shared object %s\n",
+           PY_VERSION, bench_lookups_program_guard(), bench_lookups_shared_guard());
+
+    const double *const *sh = (const double *const *)lr->ns[SRC_SHARED];
+    printf("\ngoals, in the shared object (the median of the per-round figures, its 95 %% "
+           "interval):\n");
+    per_round(sh[BENCH_PYFINI], sh[BENCH_TSTATE], n, DIFF, &med, &lo, &hi);
+    printf("  hit - CPython's fetch        %6.2f ns  (%.2f..%.2f)   goal <= 1.5 ns: %s\n", med,
+           lo, hi, met(med <= 1.5));
+    per_round(sh[BENCH_PYFINI], sh[BENCH_TLS], n, RATIO, &med, &lo, &hi);
+    printf("  hit / thread-local read      %6.2fx     (%.2f..%.2f)   goal <= 2x: %s\n", med, lo,
+           hi, met(med <= 2));
+    per_round(sh[BENCH_STATE_DICT], sh[BENCH_PYFINI], n, RATIO, &med, &lo, &hi);
+    double fetch_med, flo, fhi;
+    per_round(sh[BENCH_STATE_DICT], sh[BENCH_TSTATE], n, RATIO, &fetch_med, &flo, &fhi);
+    printf("  state dict / hit             %6.2fx     (%.2f..%.2f)   goal >= 4x: %s  "
+           "(state dict / CPython's fetch alone: %.2fx, the most any hit can reach)\n",
+           med, lo, hi, met(med >= 4), fetch_med);
+    if (lr->pybind11 != NULL) {
+        double pm;
+        median_of(lr->pybind11, n, &pm, &lo, &hi);
+        per_round(sh[BENCH_PYFINI], lr->pybind11, n, RATIO, &med, &lo, &hi);
+        printf("  hit / pybind11 %-13s %6.2fx     (%.2f..%.2f)   goal < 1: %s  (pybind11 3.x "
+               "detail::get_internals(), real headers, after a sub-interpreter was seen: "
+               "%.2f ns)\n", "", med, lo, hi, met(med < 1), pm);
+    } else {
+        printf("  hit / pybind11               pybind11 3.x headers not found: not measured\n");
+    }
+    per_round(lr->hit8, lr->hit1, n, RATIO, &med, &lo, &hi);
+    printf("  8 defs in turn / one def     %6.2fx     (%.2f..%.2f)   goal <= 2x: %s\n", med, lo,
+           hi, met(med <= 2));
+    double lay[BENCH_LAYOUTS], tls[BENCH_LAYOUTS], llo = 1e30, lhi = 0, tlo = 1e30, thi = 0;
+    for (int l = 0; l < BENCH_LAYOUTS; l++) {
+        median_of(lr->ns[SRC_PAD0 + l][BENCH_PYFINI], n, &lay[l], &lo, &hi);
+        median_of(lr->ns[SRC_PAD0 + l][BENCH_TLS], n, &tls[l], &lo, &hi);
+        llo = lay[l] < llo ? lay[l] : llo;
+        lhi = lay[l] > lhi ? lay[l] : lhi;
+        tlo = tls[l] < tlo ? tls[l] : tlo;
+        thi = tls[l] > thi ? tls[l] : thi;
+    }
+    printf("  hit at %d code layouts       %.2f..%.2f ns: %.2f +- %.2f ns   goal within +-0.5 ns: "
+           "%s  (lookups moved by", BENCH_LAYOUTS, llo, lhi, (llo + lhi) / 2, (lhi - llo) / 2,
+           met((lhi - llo) / 2 <= 0.5));
+    for (int l = 0; l < BENCH_LAYOUTS; l++) {
+        printf(" %d: %.2f%s", layout_pad[l], lay[l], l + 1 < BENCH_LAYOUTS ? "," : "");
+    }
+    printf(" bytes from a 64-byte boundary; the thread-local read there: %.2f..%.2f ns)\n", tlo,
+           thi);
+}
+
+/* ---- two interpreters on two threads ----------------------------------------- */
+typedef struct {
+    int id, rounds;
+    long batch;
     pthread_barrier_t *barrier;
-    double ns;
+    double *alone, *together;   /* [round] */
 } hit_thread;
 
-/* its own interpreter (own GIL where it exists), hits in the shared object */
+/* its own interpreter (own GIL where it exists), hits in the shared object:
+   each round this thread alone (the other waiting), then the other alone,
+   then both at once. 3.11 has one GIL: the threads' rounds take turns, all
+   "alone". */
 static void *hits_in_own_interpreter(void *arg)
 {
     hit_thread *h = (hit_thread *)arg;
@@ -277,10 +433,21 @@ static void *hits_in_own_interpreter(void *arg)
     PyThreadState *own = PyThreadState_Get();
 #endif
     PyThreadState *sub = new_isolated();
+    for (int r = 0; r < h->rounds; r++) {
 #if PY_VERSION_HEX >= 0x030C0000
-    pthread_barrier_wait(h->barrier);   /* both at once, each under its own GIL */
+        for (int turn = 0; turn < 2; turn++) {
+            pthread_barrier_wait(h->barrier);
+            if (turn == h->id) {
+                h->alone[r] = bench_hits_shared(h->batch, 1);
+            }
+        }
+        pthread_barrier_wait(h->barrier);   /* both at once, each under its own GIL */
+        h->together[r] = bench_hits_shared(h->batch, 1);
+#else
+        h->alone[r] = bench_hits_shared(h->batch, 1);
+        h->together[r] = h->alone[r];
 #endif
-    h->ns = bench_hits_shared(h->n, 1);
+    }
     Py_EndInterpreter(sub);
 #if PY_VERSION_HEX < 0x030C0000
     PyThreadState_Swap(own);   /* PyGILState_Release needs its own thread state current */
@@ -289,33 +456,16 @@ static void *hits_in_own_interpreter(void *arg)
     return NULL;
 }
 
-static void layouts_and_threads(long n, PyTypeObject *type, const double shared[BENCH_NKINDS])
+static void two_threads(const lookup_rounds *lr)
 {
-    PyObject *key = PyUnicode_FromString("pyfini.bench.key.layout");
-    double hit[BENCH_LAYOUTS], lo = 1e30, hi = 0;
-    printf("\nthe shared object at %d code layouts (lookups moved by N bytes from a 64-byte "
-           "boundary), ns:\n  %-6s %10s %10s %10s %10s\n", BENCH_LAYOUTS, "N", "TLS read",
-           "fetch", "pyfini hit", "state dict");
-    for (int l = 0; l < BENCH_LAYOUTS; l++) {
-        double ns[BENCH_NKINDS];
-        if (layout_fns[l](n, key, type, &bench_module, ns) < 0) {
-            PyErr_Print();
-            exit(1);
-        }
-        hit[l] = ns[BENCH_PYFINI];
-        lo = hit[l] < lo ? hit[l] : lo;
-        hi = hit[l] > hi ? hit[l] : hi;
-        printf("  %-6d %10.2f %10.2f %10.2f %10.2f\n", layout_pad[l], ns[BENCH_TLS],
-               ns[BENCH_TSTATE], ns[BENCH_PYFINI], ns[BENCH_STATE_DICT]);
-    }
-    printf("  pyfini hit across layouts: %.2f..%.2f ns, spread %.2f ns (goal: within +-0.5 ns)\n",
-           lo, hi, hi - lo);
-    Py_DECREF(key);
-    double one = bench_hits_shared(n, 1), eight = bench_hits_shared(n, 8);
-    /* two interpreters on two threads at once, each its own def lookups */
+    int n = lr->rounds;
     pthread_barrier_t barrier;
     pthread_barrier_init(&barrier, NULL, 2);
-    hit_thread h[2] = {{n, &barrier, 0}, {n, &barrier, 0}};
+    hit_thread h[2];
+    for (int i = 0; i < 2; i++) {
+        h[i] = (hit_thread){i, n, lr->batch, &barrier, (double *)calloc((size_t)n, sizeof(double)),
+                            (double *)calloc((size_t)n, sizeof(double))};
+    }
     pthread_t th[2];
     PyThreadState *main_ts = PyEval_SaveThread();
     for (int i = 0; i < 2; i++) {
@@ -326,23 +476,39 @@ static void layouts_and_threads(long n, PyTypeObject *type, const double shared[
     }
     PyEval_RestoreThread(main_ts);
     pthread_barrier_destroy(&barrier);
-    printf("\npyfini_state() hits in the shared object, ns per lookup:\n"
-           "  one def %.2f; 8 defs in turn %.2f (%.2fx); two interpreters on two threads at once "
-           "%.2f and %.2f (%.2fx)  (goal: <= 2x the one-def hit)\n",
-           one, eight, eight / one, h[0].ns, h[1].ns,
-           (h[0].ns > h[1].ns ? h[0].ns : h[1].ns) / one);
-#ifdef BENCH_HAVE_PYBIND11
-    double pb = bench_pybind11_internals(n);
-    printf("  pybind11 %s detail::get_internals() (real headers, after a sub-interpreter was "
-           "seen): %.2f ns; pyfini hit / pybind11 = %.2fx (goal < 1)\n", "3.x", pb,
-           shared[BENCH_PYFINI] / pb);
+    /* the goal: at once, the slower thread, / the main thread's one-def
+       hit (per round: the threads' rounds and the main thread's run at
+       other times, so medians); and at once / alone per thread and round,
+       what the two threads cost each other */
+    double one, a[2], t[2], x[2], lo, hi, worst = 0;
+    median_of(lr->hit1, n, &one, &lo, &hi);
+    for (int i = 0; i < 2; i++) {
+        median_of(h[i].alone, n, &a[i], &lo, &hi);
+        median_of(h[i].together, n, &t[i], &lo, &hi);
+        per_round(h[i].together, h[i].alone, n, RATIO, &x[i], &lo, &hi);
+        worst = x[i] > worst ? x[i] : worst;
+    }
+    double slow = t[0] > t[1] ? t[0] : t[1];
+#if PY_VERSION_HEX >= 0x030C0000
+    printf("\ntwo own-GIL interpreters on two threads, hits in the shared object (%d rounds: each "
+           "thread alone, then both at once), ns per lookup:\n"
+           "  thread 1: alone %.2f, at once %.2f (%.2fx); thread 2: alone %.2f, at once %.2f "
+           "(%.2fx)\n"
+           "  at once, the slower thread / the one-def hit (%.2f ns): %.2fx   goal <= 2x: %s  "
+           "(at once / alone, the worse thread: %.2fx)\n",
+           n, a[0], t[0], x[0], a[1], t[1], x[1], one, slow / one, met(slow / one <= 2), worst);
 #else
-    printf("  pybind11 3.x: headers not found, not measured\n");
+    (void)worst;
+    printf("\ntwo legacy interpreters on two threads (CPython 3.11: one GIL, so they take turns), "
+           "hits in the shared object, ns per lookup:\n"
+           "  thread 1 %.2f, thread 2 %.2f; the slower / the one-def hit (%.2f ns): %.2fx   "
+           "goal <= 2x: %s\n",
+           a[0], a[1], one, slow / one, met(slow / one <= 2));
 #endif
-    printf("  goals in the shared object: hit - fetch = %.2f ns (<= 1.5), hit / TLS read = %.2fx "
-           "(<= 2), state dict / hit = %.1fx (>= 4)\n",
-           shared[BENCH_PYFINI] - shared[BENCH_TSTATE], shared[BENCH_PYFINI] / shared[BENCH_TLS],
-           shared[BENCH_STATE_DICT] / shared[BENCH_PYFINI]);
+    for (int i = 0; i < 2; i++) {
+        free(h[i].alone);
+        free(h[i].together);
+    }
 }
 
 int main(int argc, char **argv)
@@ -370,31 +536,32 @@ int main(int argc, char **argv)
     PyObject *key = PyUnicode_FromString("pyfini.bench.key");
     PyObject *mod = PyImport_ImportModule("_pyfini_bench");
     PyObject *type = mod ? PyObject_GetAttrString(mod, "T") : NULL;
-    double ns[2][BENCH_NKINDS];
-    if (type == NULL ||
-        bench_lookups_program(n, key, (PyTypeObject *)type, &bench_module, ns[0]) < 0 ||
-        bench_lookups_shared(n, key, (PyTypeObject *)type, &bench_module, ns[1]) < 0) {
+    lookup_rounds lr = {LOOKUP_ROUNDS, n / LOOKUP_ROUNDS > 4 ? n / LOOKUP_ROUNDS : 4, {{NULL}},
+                        NULL, NULL, NULL};
+    for (int s = 0; s < NSRC; s++) {
+        for (int k = 0; k < BENCH_NKINDS; k++) {
+            lr.ns[s][k] = (double *)calloc(LOOKUP_ROUNDS, sizeof(double));
+        }
+    }
+    lr.hit1 = (double *)calloc(LOOKUP_ROUNDS, sizeof(double));
+    lr.hit8 = (double *)calloc(LOOKUP_ROUNDS, sizeof(double));
+#ifdef BENCH_HAVE_PYBIND11
+    lr.pybind11 = (double *)calloc(LOOKUP_ROUNDS, sizeof(double));
+#endif
+    if (type == NULL || key == NULL || measure_lookups(&lr, key, (PyTypeObject *)type) < 0) {
         PyErr_Print();
         return 1;
     }
-    printf("\nlookup of per-interpreter state (%ld lookups, best of 5), ns per lookup and x the "
-           "thread-local read:\n",
-           n);
-    printf("  %-28s %18s %18s\n", "method", "in the program", "in a shared object");
-    for (int k = 0; k < BENCH_NKINDS; k++) {
-        printf("  %-28s %8.2f %7.1fx  %8.2f %7.1fx\n", kind_name[k], ns[0][k],
-               ns[0][k] / ns[0][BENCH_TLS], ns[1][k], ns[1][k] / ns[1][BENCH_TLS]);
+    report_lookups(&lr);
+    two_threads(&lr);
+    for (int s = 0; s < NSRC; s++) {
+        for (int k = 0; k < BENCH_NKINDS; k++) {
+            free(lr.ns[s][k]);
+        }
     }
-    for (int s = 0; s < 2; s++) {
-        printf("  %s: hit %.1fx the thread-local read (goal <= 2x), %.1fx faster than the state "
-               "dict (goal >= 4x); pyfini's own share over CPython's fetch: %.2f ns\n",
-               s ? "shared object" : "program", ns[s][BENCH_PYFINI] / ns[s][BENCH_TLS],
-               ns[s][BENCH_STATE_DICT] / ns[s][BENCH_PYFINI],
-               ns[s][BENCH_PYFINI] - ns[s][BENCH_TSTATE]);
-    }
-    printf("  hits guarded by (CPython %s): in the program %s; in the shared object %s\n",
-           PY_VERSION, bench_lookups_program_guard(), bench_lookups_shared_guard());
-    layouts_and_threads(n, (PyTypeObject *)type, ns[1]);
+    free(lr.hit1);
+    free(lr.hit8);
+    free(lr.pybind11);
     cycles(PyThreadState_Get(), rounds);
     Py_DECREF(type);
     Py_DECREF(mod);

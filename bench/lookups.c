@@ -62,16 +62,34 @@ const char *BENCH_CAT(LOOKUPS_FN, _guard)(void)
     }
     return "the interpreter-ID check: + a PyInterpreterState_GetID call";
 }
-static BENCH_NOINLINE void *lookup_tls(void) { return tls_state; }
-static BENCH_NOINLINE void *lookup_tstate(void) { return cpython_tstate()->interp; }
-static BENCH_NOINLINE void *lookup_pyfini(void) { return pyfini_state(&bench_def); }
+/* Each lookup starts with an empty asm statement that the compiler must
+   keep (no instruction): without it, gcc finds lookup_tls() pure and calls
+   it once for the whole loop. */
+#define BENCH_OPAQUE() __asm__ volatile("" ::: "memory")
+static BENCH_NOINLINE void *lookup_tls(void)
+{
+    BENCH_OPAQUE();
+    return tls_state;
+}
+static BENCH_NOINLINE void *lookup_tstate(void)
+{
+    BENCH_OPAQUE();
+    return cpython_tstate()->interp;
+}
+static BENCH_NOINLINE void *lookup_pyfini(void)
+{
+    BENCH_OPAQUE();
+    return pyfini_state(&bench_def);
+}
 static BENCH_NOINLINE void *lookup_state_dict(PyObject *key)
 {
+    BENCH_OPAQUE();
     PyObject *d = PyInterpreterState_GetDict(PyInterpreterState_Get());
     return PyCapsule_GetPointer(PyDict_GetItemWithError(d, key), "pyfini.bench");
 }
 static BENCH_NOINLINE void *lookup_module_def(PyTypeObject *type, PyModuleDef *moddef)
 {
+    BENCH_OPAQUE();
     return PyModule_GetState(PyType_GetModuleByDef(type, moddef));
 }
 
@@ -83,12 +101,14 @@ static const pyfini_state_def bench_defs[8] = {
     {"pyfini.bench.d6", 8, NULL, NULL}, {"pyfini.bench.d7", 8, NULL, NULL}};
 static BENCH_NOINLINE void *lookup_pyfini_def(const pyfini_state_def *def)
 {
+    BENCH_OPAQUE();
     return pyfini_state(def);
 }
 
-/* pyfini_state() hits only, ns per lookup (best of 5 runs of n lookups) in
-   the current interpreter: ndefs 1 (one def) or 8 (8 defs in turn); -1 with
-   an exception set */
+/* pyfini_state() hits only: ns per lookup of one timed batch of n lookups
+   in the current interpreter, ndefs 1 (one def) or 8 (8 defs in turn); -1
+   with an exception set. The sum of the results stays in a register and is
+   stored once: two threads measuring at once share no written cache line. */
 double LOOKUPS_HIT_FN(long n, int ndefs)
 {
     for (int i = 0; i < 8; i++) {
@@ -96,26 +116,30 @@ double LOOKUPS_HIT_FN(long n, int ndefs)
             return -1;
         }
     }
-    double best = 1e30;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = bench_now();
-        if (ndefs == 1) {
-            for (long i = 0; i < n; i++) {
-                sink += (uintptr_t)lookup_pyfini_def(&bench_defs[0]);
-            }
-        } else {
-            for (long i = 0; i < n; i++) {
-                sink += (uintptr_t)lookup_pyfini_def(&bench_defs[i & 7]);
-            }
+    uintptr_t acc = 0;
+    double t0 = bench_now();
+    if (ndefs == 1) {
+        for (long i = 0; i < n; i++) {
+            acc += (uintptr_t)lookup_pyfini_def(&bench_defs[0]);
         }
-        double dt = bench_now() - t0;
-        best = dt < best ? dt : best;
+    } else {
+        for (long i = 0; i < n; i++) {
+            acc += (uintptr_t)lookup_pyfini_def(&bench_defs[i & 7]);
+        }
     }
-    return best / (double)n * 1e9;
+    double dt = bench_now() - t0;
+    if (acc == 1) {   /* keep the loads */
+        sink = acc;
+    }
+    return dt / (double)n * 1e9;
 }
 
-/* ns per lookup, best of 5 runs of n lookups; -1 with an exception set */
-int LOOKUPS_FN(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+/* ns per lookup of each kind: one timed batch of n lookups each, the kinds
+   in turn starting at kind `first` (the caller rotates it and runs many
+   rounds: kinds measured next to each other see the same machine, so
+   their ratios hold even when the core's speed changes between rounds); -1
+   with an exception set */
+int LOOKUPS_FN(long n, int first, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
                double ns[BENCH_NKINDS])
 {
     /* pyfini's state is the one the state dict and the thread-local hold */
@@ -123,53 +147,56 @@ int LOOKUPS_FN(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
     if (tls_state == NULL) {
         return -1;
     }
-    PyObject *cap = PyCapsule_New(tls_state, "pyfini.bench", NULL);
-    if (cap == NULL || PyDict_SetItem(PyInterpreterState_GetDict(PyInterpreterState_Get()), key,
-                                      cap) < 0) {
-        Py_XDECREF(cap);
-        return -1;
-    }
-    Py_DECREF(cap);
-    for (int k = 0; k < BENCH_NKINDS; k++) {
-        long m = k >= BENCH_STATE_DICT ? n / 4 : n;
-        double best = 1e30;
-        for (int rep = 0; rep < 5; rep++) {
-            double t0 = bench_now();
-            switch (k) {
-            case BENCH_TLS:
-                for (long i = 0; i < m; i++) {
-                    sink += (uintptr_t)lookup_tls();
-                }
-                break;
-            case BENCH_TSTATE:
-                for (long i = 0; i < m; i++) {
-                    sink += (uintptr_t)lookup_tstate();
-                }
-                break;
-            case BENCH_PYFINI:
-                for (long i = 0; i < m; i++) {
-                    sink += (uintptr_t)lookup_pyfini();
-                }
-                break;
-            case BENCH_STATE_DICT:
-                for (long i = 0; i < m; i++) {
-                    sink += (uintptr_t)lookup_state_dict(key);
-                }
-                break;
-            case BENCH_MODULE_DEF:
-                for (long i = 0; i < m; i++) {
-                    sink += (uintptr_t)lookup_module_def(type, moddef);
-                }
-                break;
-            default:
-                break;
-            }
-            double dt = bench_now() - t0;
-            best = dt < best ? dt : best;
+    PyObject *d = PyInterpreterState_GetDict(PyInterpreterState_Get());
+    PyObject *cap = PyDict_GetItemWithError(d, key);   /* borrowed */
+    if (cap == NULL) {
+        if (PyErr_Occurred()) {
+            return -1;
         }
-        ns[k] = best / (double)m * 1e9;
+        cap = PyCapsule_New(tls_state, "pyfini.bench", NULL);
+        if (cap == NULL || PyDict_SetItem(d, key, cap) < 0) {
+            Py_XDECREF(cap);
+            return -1;
+        }
+        Py_DECREF(cap);
     }
-    if (sink == 1) {   /* keep the loads */
+    uintptr_t acc = 0;
+    for (int j = 0; j < BENCH_NKINDS; j++) {
+        int k = (first + j) % BENCH_NKINDS;
+        double t0 = bench_now();
+        switch (k) {
+        case BENCH_TLS:
+            for (long i = 0; i < n; i++) {
+                acc += (uintptr_t)lookup_tls();
+            }
+            break;
+        case BENCH_TSTATE:
+            for (long i = 0; i < n; i++) {
+                acc += (uintptr_t)lookup_tstate();
+            }
+            break;
+        case BENCH_PYFINI:
+            for (long i = 0; i < n; i++) {
+                acc += (uintptr_t)lookup_pyfini();
+            }
+            break;
+        case BENCH_STATE_DICT:
+            for (long i = 0; i < n; i++) {
+                acc += (uintptr_t)lookup_state_dict(key);
+            }
+            break;
+        case BENCH_MODULE_DEF:
+            for (long i = 0; i < n; i++) {
+                acc += (uintptr_t)lookup_module_def(type, moddef);
+            }
+            break;
+        default:
+            break;
+        }
+        ns[k] = (bench_now() - t0) / (double)n * 1e9;
+    }
+    if (acc == 1) {   /* keep the loads */
+        sink = acc;
         fputc('\n', stderr);
     }
     return 0;

@@ -14,19 +14,19 @@ static inline double bench_now(void)
 
 enum { BENCH_TLS, BENCH_TSTATE, BENCH_PYFINI, BENCH_STATE_DICT, BENCH_MODULE_DEF, BENCH_NKINDS };
 
-int bench_lookups_program(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+int bench_lookups_program(long n, int first, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
                           double ns[BENCH_NKINDS]);
-int bench_lookups_shared(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+int bench_lookups_shared(long n, int first, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
                          double ns[BENCH_NKINDS]);
 /* the shared object built at several code layouts (LOOKUPS_PAD bytes) */
 #define BENCH_LAYOUTS 4
-int bench_lookups_pad0(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+int bench_lookups_pad0(long n, int first, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
                        double ns[BENCH_NKINDS]);
-int bench_lookups_pad16(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+int bench_lookups_pad16(long n, int first, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
                         double ns[BENCH_NKINDS]);
-int bench_lookups_pad32(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+int bench_lookups_pad32(long n, int first, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
                         double ns[BENCH_NKINDS]);
-int bench_lookups_pad48(long n, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
+int bench_lookups_pad48(long n, int first, PyObject *key, PyTypeObject *type, PyModuleDef *moddef,
                         double ns[BENCH_NKINDS]);
 /* how each copy's hits are guarded (after its lookups ran) */
 const char *bench_lookups_program_guard(void);
