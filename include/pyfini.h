@@ -100,7 +100,10 @@
  *   time), a POSIX system with dladdr() (Linux, macOS).
  *
  * CHANGELOG (newest first)
- *   Unreleased  0.1.0  2026-12-01 pyfini_state hit: a process-wide seqlock table,
+ *   Unreleased  0.1.0  2026-12-03 the hit table: 128 entries, Fibonacci hashing
+ *                      of def and interpreter, a second entry per pair (hits that
+ *                      always missed: an array of defs, two interpreters' defs).
+ *                      2026-12-01 pyfini_state hit: a process-wide seqlock table,
  *                      inlined; the epoch also bumped from PyUnstable_AtExit
  *                      (3.13.2+, 3.14.0a3+), elsewhere from a C audit hook
  *                      ("cpython.PyInterpreterState_Clear"; the ID check stays
