@@ -439,13 +439,13 @@ START_TEST(test_state_hit_table_array_of_defs)
         data[i] = pyfini_state(&array_defs[i]);
         ck_assert_ptr_nonnull(data[i]);
     }
-    unsigned used = 0;
+    unsigned char used[PYFINI__HITS] = {0};   /* PYFINI__HITS is wider than any shift */
     for (int i = 0; i < 9; i++) {
         ck_assert_ptr_eq(pyfini_state(&array_defs[i]), data[i]);
         unsigned idx = pyfini__hit_index(&array_defs[i], interp);
-        ck_assert_msg((used & (1u << idx)) == 0, "defs %d and an earlier one share entry %u", i,
-                      idx);
-        used |= 1u << idx;
+        ck_assert_uint_lt(idx, PYFINI__HITS);
+        ck_assert_msg(!used[idx], "defs %d and an earlier one share entry %u", i, idx);
+        used[idx] = 1;
         const pyfini__hit_entry *e = &pyfini__hits[idx];
         ck_assert_msg(e->def == &array_defs[i] && e->interp == interp && e->data == data[i],
                       "def %d of 9 is not in the hit table (entry %u)", i, idx);
