@@ -478,16 +478,25 @@ static int hit_entry_of(const pyfini_state_def *def, PyInterpreterState *interp)
     return -1;
 }
 
-START_TEST(test_state_hit_table_two_entries)
+static void way_defs_init(void)
 {
     for (int i = 0; i < WAY_DEFS; i++) {
         snprintf(way_names[i], sizeof way_names[i], "pyfini.test.way.%d", i);
         way_defs[i] = (pyfini_state_def){way_names[i], 8, NULL, NULL};
     }
-    harness_init();
-    PyInterpreterState *interp = PyInterpreterState_Get();
-    const pyfini_state_def *three[3] = {NULL, NULL, NULL};
+}
+
+/* Three of way_defs whose first entry in interp is the same, other than
+   entry `avoid` (-1: any). Among 2 * PYFINI__HITS + 1 defs in PYFINI__HITS
+   entries some entry has three; fails if only `avoid` has. */
+static void way_defs_sharing(PyInterpreterState *interp, const pyfini_state_def *three[3],
+                             int avoid)
+{
+    three[0] = three[1] = three[2] = NULL;
     for (int i = 0; i < WAY_DEFS && three[2] == NULL; i++) {
+        if ((int)pyfini__hit_index(&way_defs[i], interp) == avoid) {
+            continue;
+        }
         int n = 0;
         for (int j = 0; j < WAY_DEFS && n < 3; j++) {
             if (pyfini__hit_index(&way_defs[j], interp) == pyfini__hit_index(&way_defs[i], interp)) {
@@ -499,6 +508,15 @@ START_TEST(test_state_hit_table_two_entries)
         }
     }
     ck_assert_ptr_nonnull(three[2]);
+}
+
+START_TEST(test_state_hit_table_two_entries)
+{
+    way_defs_init();
+    harness_init();
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    const pyfini_state_def *three[3];
+    way_defs_sharing(interp, three, -1);
     const pyfini_state_def *a = three[0], *b = three[1], *c = three[2];
     unsigned first = pyfini__hit_index(a, interp), second = PYFINI__HIT_WAY2(first);
     ck_assert_uint_eq(pyfini__hit_index(b, interp), first);
@@ -579,15 +597,39 @@ static void expect_hit_guard(const char *test, int vetoed)
     }
 }
 
+/* A Python hook refuses pyfini's audit hook, at the process's first fill
+   (in the main interpreter): hits check the interpreter ID from then on. */
+static void veto_pyfini_audit_hook(const char *test)
+{
+    run(veto_audit_hooks);
+    ck_assert_ptr_nonnull(pyfini_state(&lib_def));   /* the first fill: vetoed */
+    expect_hit_guard(test, 1);
+}
+
+/* A buggy extension's leak keeps pyfini's registry capsule (whose
+   destructor plants POST_SHUTDOWN) of interpreter `in` (the current one)
+   alive past the state-dict clear, and with leak_builtins its builtins
+   dict too; leaking the whole state dict instead trips an assertion in
+   3.15's debug build (_PyDict_NotifyEvent). */
+static void leak_registry(PyInterpreterState *in, int leak_builtins)
+{
+    PyObject *cap = PyDict_GetItemString(PyInterpreterState_GetDict(in), PYFINI_REGISTRY_KEY);
+    ck_assert_ptr_nonnull(cap);
+    Py_INCREF(cap);
+    if (leak_builtins) {
+        PyObject *builtins = PyEval_GetBuiltins();
+        ck_assert_ptr_nonnull(builtins);
+        Py_INCREF(builtins);
+    }
+}
+
 static void ended_interp_never_hits(const char *test, int leak_builtins, int veto)
 {
     HARNESS_LEAKS_ON_PURPOSE();
     harness_init();
     PyThreadState *main_ts = PyThreadState_Get();
     if (veto) {
-        run(veto_audit_hooks);
-        ck_assert_ptr_nonnull(pyfini_state(&lib_def));   /* the first fill: vetoed */
-        expect_hit_guard(test, 1);
+        veto_pyfini_audit_hook(test);
     }
     int reused = 0;
     for (int i = 0; i < 4; i++) {
@@ -601,18 +643,7 @@ static void ended_interp_never_hits(const char *test, int leak_builtins, int vet
         if (i == 0) {
             expect_hit_guard(test, veto);
         }
-        /* a buggy extension's leak keeps pyfini's registry capsule (whose
-           destructor plants POST_SHUTDOWN) alive past the state-dict clear;
-           leaking the whole state dict instead trips an assertion in
-           3.15's debug build (_PyDict_NotifyEvent) */
-        PyObject *cap = PyDict_GetItemString(PyInterpreterState_GetDict(in), PYFINI_REGISTRY_KEY);
-        ck_assert_ptr_nonnull(cap);
-        Py_INCREF(cap);
-        if (leak_builtins) {
-            PyObject *builtins = PyEval_GetBuiltins();
-            ck_assert_ptr_nonnull(builtins);
-            Py_INCREF(builtins);
-        }
+        leak_registry(in, leak_builtins);
         Py_EndInterpreter(sub);
         PyThreadState_Swap(main_ts);
         PyThreadState *next = new_sub(SUB_LEGACY);
@@ -683,6 +714,68 @@ END_TEST
 START_TEST(test_state_cache_audit_hook_vetoed)
 {
     ended_interp_never_hits("test_state_cache_audit_hook_vetoed", 1, 1);
+}
+END_TEST
+
+/* The second entry's hit checks the interpreter ID too (pyfini__hit_probe,
+   out of line in pyfini__state_miss): as test_state_cache_audit_hook_vetoed,
+   but the ended interpreter's pair sits in the second of its two entries,
+   the first held by another def of that interpreter, and nothing bumps the
+   epoch at its end (the audit hook vetoed, the registry capsule and the
+   builtins dict leaked) where no reliable exit hook exists (3.11, 3.12,
+   3.13.0-3.13.1). A new interpreter at its address misses the first entry
+   and must not take the ended one's state from the second. Where
+   PyUnstable_AtExit is reliable the epoch guards it instead. */
+START_TEST(test_state_cache_vetoed_second_entry)
+{
+    const char *test = "test_state_cache_vetoed_second_entry";
+    HARNESS_LEAKS_ON_PURPOSE();
+    way_defs_init();
+    harness_init();
+    PyThreadState *main_ts = PyThreadState_Get();
+    PyInterpreterState *main_interp = PyThreadState_GetInterpreter(main_ts);
+    veto_pyfini_audit_hook(test);
+    int reused = 0;
+    for (int i = 0; i < 4; i++) {
+        PyThreadState *sub = new_sub(SUB_LEGACY);
+        PyInterpreterState *in = PyThreadState_GetInterpreter(sub);
+        /* the main interpreter's pair, current for good (nothing bumps the
+           epoch here), holds one entry: not that one */
+        const pyfini_state_def *three[3];
+        way_defs_sharing(in, three, (int)pyfini__hit_index(&lib_def, main_interp));
+        unsigned first = pyfini__hit_index(three[0], in);
+        int *a = (int *)pyfini_state(three[0]);
+        int *b = (int *)pyfini_state(three[1]);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_ptr_nonnull(b);
+        *b = 1000;                                   /* a stale hit would see this */
+        ck_assert_int_eq(hit_entry_of(three[0], in), (int)first);
+        ck_assert_int_eq(hit_entry_of(three[1], in), (int)PYFINI__HIT_WAY2(first));
+        ck_assert_ptr_eq(pyfini_state(three[1]), b);   /* a hit in the second entry */
+        leak_registry(in, 1);
+        uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_SEQ_CST);
+        Py_EndInterpreter(sub);
+        PyThreadState_Swap(main_ts);
+        int bumped = __atomic_load_n(&pyfini__epoch, __ATOMIC_SEQ_CST) != epoch;
+        ck_assert_int_eq(bumped, pyfini__exit_hook_reliable());   /* nothing else bumps it */
+        PyThreadState *next = new_sub(SUB_LEGACY);
+        int same = PyThreadState_GetInterpreter(next) == in;
+        reused += same;
+        if (same && !bumped) {   /* both entries still hold the ended one's pairs */
+            ck_assert_int_eq(hit_entry_of(three[0], in), (int)first);
+            ck_assert_int_eq(hit_entry_of(three[1], in), (int)PYFINI__HIT_WAY2(first));
+        }
+        int *n = (int *)pyfini_state(three[1]);
+        ck_assert_ptr_nonnull(n);
+        ck_assert_ptr_ne(n, b);
+        ck_assert_int_eq(*n, 0);
+        ck_assert_ptr_eq(pyfini_state(three[1]), n);
+        Py_EndInterpreter(next);
+        PyThreadState_Swap(main_ts);
+    }
+    printf("NOTE %s on CPython %s: %d of 4 new interpreters at the ended one's address\n", test,
+           PY_VERSION, reused);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
 }
 END_TEST
 
@@ -1439,6 +1532,7 @@ static Suite *state_suite(void)
     tcase_add_test(tc, test_state_cache_reinit_without_post);
     tcase_add_test(tc, test_state_cache_interp_ended_leaking_builtins);
     tcase_add_test(tc, test_state_cache_audit_hook_vetoed);
+    tcase_add_test(tc, test_state_cache_vetoed_second_entry);
     tcase_add_test(tc, test_state_cache_reinit_hidden_audit_clear);
     tcase_add_test(tc, test_state_cache_reinit_leaking_builtins);
     tcase_add_test(tc, test_pin_PyInterpreterState_Clear_audit_event_whatever_leaked);
