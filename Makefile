@@ -4,20 +4,25 @@
 #   make demo-phases  the four phases in the main and an isolated sub-interpreter
 #   make test         the whole suite on every CPython found (plain and ASan+UBSan builds)
 #   make test-matrix  the suite on every host CPython and on the Debian sid CPythons (root; see README)
-#   make stress       tools/stress, each part where it can judge (needs root for the sid tree):
-#                     on one host CPython (STRESS_HOST) valgrind memcheck on the state, error
-#                     and phase tests, the 60-second thread test (tests/test_threads), its
-#                     TSan build and pyfini-leakcheck's fuzz targets (15 s each; clang is on
-#                     the host only); on one sid CPython (STRESS_SID) valgrind again and the
-#                     soak (pyfini-leakcheck on _pyfini_soak, PYFINI_SOAK_CYCLES, legacy and
-#                     isolated: bare cycles of 3.12/3.13 lose memory themselves). One table of
-#                     every row at the end; fails when any row FAILs. docs/reliability.md
+#   make stress       tools/stress on one CPython per minor version, the newest release build
+#                     of each (STRESS_PER_MINOR; needs root for the sid tree): on the host's
+#                     (STRESS_HOST_ALL) valgrind memcheck on the state, error and phase tests,
+#                     the 60-second thread test (tests/test_threads) and its TSan build, and
+#                     on STRESS_HOST pyfini-leakcheck's fuzz targets too (15 s each; clang is
+#                     on the host only); on the sid tree's (STRESS_SID_ALL) valgrind, the
+#                     thread test, its TSan build and the soak (pyfini-leakcheck on _pyfini_soak, legacy and
+#                     isolated: 10,000 cycles on STRESS_SID, 2,000 on the others; bare cycles
+#                     of 3.12/3.13 lose memory themselves). The debug builds are not run (the
+#                     release build of their minor stands for them). One table of every row
+#                     at the end; fails when any row FAILs. docs/reliability.md
 #   make bench        benchmarks (figures, not pass/fail)
 #   make deb          the Debian package $(BUILD)/pyfini_<version>_<arch>.deb for this Debian
 #                     release (tools/make-deb; needs dpkg-dev and python3-dev)
 BUILD ?= build
 STRESS_HOST ?= 3.12
+STRESS_HOST_ALL ?= 3.11 3.12 3.13
 STRESS_SID  ?= 3.14
+STRESS_SID_ALL  ?= 3.14 3.15
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: all demo demo-phases test test-matrix stress bench deb deps clean
@@ -42,12 +47,19 @@ test: deps
 test-matrix: deps
 	tools/test-matrix
 
-# the heavy checks of issue 16 on one representative CPython per tree (CI time)
+# the heavy checks of issue 16 on one CPython per minor version (CI time)
 stress: deps
 	@mkdir -p build; rows=build/stress-rows; rm -f $$rows; t0=$$(date +%s); rc=0; \
-	STRESS_ROWS=$$rows PYTHON=$(STRESS_HOST) tools/stress valgrind soak-threads tsan fuzz || rc=1; \
-	tools/sid-tree run STRESS_ROWS=$$rows PYTHON=$(STRESS_SID) BUILD_ROOT=build/sid tools/stress valgrind soak || rc=1; \
-	echo; echo "make stress: every row (host $(STRESS_HOST), sid $(STRESS_SID)), $$(( $$(date +%s) - t0 )) s in all:"; \
+	for v in $(STRESS_HOST_ALL); do \
+	  parts="valgrind soak-threads tsan"; [ "$$v" = "$(STRESS_HOST)" ] && parts="$$parts fuzz"; \
+	  STRESS_ROWS=$$rows STRESS_PER_MINOR=1 PYTHON=$$v tools/stress $$parts || rc=1; \
+	done; \
+	for v in $(STRESS_SID_ALL); do \
+	  n=2000; [ "$$v" = "$(STRESS_SID)" ] && n=10000; \
+	  tools/sid-tree run STRESS_ROWS=$$rows STRESS_PER_MINOR=1 PYTHON=$$v PYFINI_SOAK_CYCLES=$$n \
+	    BUILD_ROOT=build/sid tools/stress valgrind soak-threads tsan soak || rc=1; \
+	done; \
+	echo; echo "make stress: every row (host $(STRESS_HOST_ALL), sid $(STRESS_SID_ALL)), $$(( $$(date +%s) - t0 )) s in all:"; \
 	cat $$rows 2>/dev/null || echo "(no rows: see above)"; \
 	nf=$$(grep -c ' FAIL' $$rows 2>/dev/null); echo "make stress: $${nf:-?} rows failed"; exit $$rc
 
