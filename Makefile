@@ -7,14 +7,19 @@
 #   make stress       tools/stress on one CPython per minor version, the newest release build
 #                     of each (STRESS_PER_MINOR; needs root for the sid tree): on the host's
 #                     (STRESS_HOST_ALL) valgrind memcheck on the state, error and phase tests,
-#                     the 60-second thread test (tests/test_threads) and its TSan build, and
+#                     the thread test (tests/test_threads: 60 s on STRESS_HOST and STRESS_SID,
+#                     30 s on the others, for CI time) and its TSan build, and
 #                     on STRESS_HOST pyfini-leakcheck's fuzz targets too (15 s each; clang is
 #                     on the host only); on the sid tree's (STRESS_SID_ALL) valgrind, the
 #                     thread test, its TSan build and the soak (pyfini-leakcheck on _pyfini_soak, legacy and
 #                     isolated: 10,000 cycles on STRESS_SID, 2,000 on the others; bare cycles
 #                     of 3.12/3.13 lose memory themselves). The debug builds are not run (the
-#                     release build of their minor stands for them). One table of every row
-#                     at the end; fails when any row FAILs. docs/reliability.md
+#                     release build of their minor stands for them). Two lanes at once (CI
+#                     time: valgrind leaves a core idle while its longest test ends): on the
+#                     host the first of STRESS_HOST_ALL beside the others, in the sid tree the
+#                     first of STRESS_SID_ALL beside the others; each lane's log is printed
+#                     after. One table of every row at the end; fails when any row FAILs.
+#                     docs/reliability.md
 #   make bench        benchmarks (figures, not pass/fail)
 #   make deb          the Debian package $(BUILD)/pyfini_<version>_<arch>.deb for this Debian
 #                     release (tools/make-deb; needs dpkg-dev and python3-dev)
@@ -49,17 +54,25 @@ test-matrix: deps
 
 # the heavy checks of issue 16 on one CPython per minor version (CI time)
 stress: deps
-	@mkdir -p build; rows=build/stress-rows; rm -f $$rows; t0=$$(date +%s); rc=0; \
-	for v in $(STRESS_HOST_ALL); do \
-	  parts="valgrind soak-threads tsan"; [ "$$v" = "$(STRESS_HOST)" ] && parts="$$parts fuzz"; \
-	  STRESS_ROWS=$$rows STRESS_PER_MINOR=1 PYTHON=$$v tools/stress $$parts || rc=1; \
-	done; \
-	for v in $(STRESS_SID_ALL); do \
-	  n=2000; [ "$$v" = "$(STRESS_SID)" ] && n=10000; \
-	  tools/sid-tree run STRESS_ROWS=$$rows STRESS_PER_MINOR=1 PYTHON=$$v PYFINI_SOAK_CYCLES=$$n \
-	    BUILD_ROOT=build/sid tools/stress valgrind soak-threads tsan soak || rc=1; \
-	done; \
-	echo; echo "make stress: every row (host $(STRESS_HOST_ALL), sid $(STRESS_SID_ALL)), $$(( $$(date +%s) - t0 )) s in all:"; \
+	@mkdir -p build; rows=build/stress-rows; rm -f $$rows build/stress-lane*; t0=$$(date +%s); rc=0; \
+	host() { s=30; parts="valgrind soak-threads tsan"; \
+	  if [ "$$1" = "$(STRESS_HOST)" ]; then s=60; parts="$$parts fuzz"; fi; \
+	  STRESS_ROWS=$$2 STRESS_PER_MINOR=1 PYTHON=$$1 PYFINI_THREADS_SECONDS=$$s tools/stress $$parts; }; \
+	sid() { n=2000; s=30; if [ "$$1" = "$(STRESS_SID)" ]; then n=10000; s=60; fi; \
+	  echo "STRESS_ROWS=$$2 STRESS_PER_MINOR=1 PYTHON=$$1 PYFINI_SOAK_CYCLES=$$n PYFINI_THREADS_SECONDS=$$s BUILD_ROOT=build/sid tools/stress valgrind soak-threads tsan soak"; }; \
+	set -- $(STRESS_HOST_ALL); first=$$1; shift; \
+	echo "make stress: host $$first beside $$* (logs build/stress-lane1.log, build/stress-lane2.log)"; \
+	{ host $$first build/stress-lane1.rows >build/stress-lane1.log 2>&1 || echo fail >build/stress-lane1.fail; } & \
+	{ for v in "$$@"; do host $$v build/stress-lane2.rows || echo fail >build/stress-lane2.fail; done >build/stress-lane2.log 2>&1; } & \
+	wait; \
+	set -- $(STRESS_SID_ALL); first=$$1; shift; \
+	echo "make stress: sid $$first beside $$* (logs build/stress-lane3.log, build/stress-lane4.log)"; \
+	lane2=""; for v in "$$@"; do lane2="$$lane2 env $$(sid $$v build/stress-lane4.rows) || echo fail >build/stress-lane4.fail;"; done; \
+	tools/sid-tree run sh -c "{ env $$(sid $$first build/stress-lane3.rows) >build/stress-lane3.log 2>&1 || echo fail >build/stress-lane3.fail; } & \
+	  { $$lane2 } >build/stress-lane4.log 2>&1 & wait" || rc=1; \
+	for l in 1 2 3 4; do [ -f build/stress-lane$$l.log ] && cat build/stress-lane$$l.log; \
+	  [ -f build/stress-lane$$l.fail ] && rc=1; cat build/stress-lane$$l.rows >>$$rows 2>/dev/null; done; \
+	echo; echo "make stress: every row (host $(STRESS_HOST_ALL), sid $(STRESS_SID_ALL); two lanes at once), $$(( $$(date +%s) - t0 )) s in all:"; \
 	cat $$rows 2>/dev/null || echo "(no rows: see above)"; \
 	nf=$$(grep -c ' FAIL' $$rows 2>/dev/null); echo "make stress: $${nf:-?} rows failed"; exit $$rc
 
