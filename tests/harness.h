@@ -597,10 +597,110 @@ static inline const char *py_version(void) { return PY_VERSION; }
     } while (0)
 
 /* Run a Check suite in fork mode; exit status for CTest. */
+/* ---------------- crash reports ------------------------------------------ */
+
+/* PYFINI_TEST_GDB=1 (tools/run-tests sets it for plain builds when gdb is
+   found): a test process that receives SIGSEGV, SIGBUS, SIGILL or SIGFPE
+   writes to stdout, before it dies of that signal, what its captured stderr
+   held and every thread's stack (gdb attaches to it: "thread apply all bt"),
+   so that a crash seen once, on a CI machine, says where it was. Only
+   async-signal-safe calls up to the exec; vfork() runs no pthread_atfork()
+   handler (pyfini's and CPython's take locks the crashed thread may hold).
+   SIGABRT is left alone: some tests expect it, and CPython's fatal errors
+   print their own report. Sanitizer builds keep their own handlers. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#  define HARNESS_SANITIZED 1
+#elif defined(__has_feature)
+#  if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#    define HARNESS_SANITIZED 1
+#  endif
+#endif
+
+#ifndef HARNESS_SANITIZED
+static void harness_write(const char *s)
+{
+    ssize_t r = write(1, s, strlen(s));
+    (void)r;
+}
+
+/* gdb attached to this process, its output on stdout (vfork: the child
+   only dups and execs); 0, or -1 if gdb could not be run. */
+static int harness_run_gdb(const char *pid)
+{
+    pid_t c = vfork();
+    if (c == 0) {
+        dup2(1, 2);
+        execlp("gdb", "gdb", "-q", "-nx", "-batch", "-p", pid, "-ex", "info sharedlibrary python",
+               "-ex", "thread apply all bt 40", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    while (c > 0 && waitpid(c, &status, 0) < 0 && errno == EINTR) {
+    }
+    return c > 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 127) ? 0 : -1;
+}
+
+static void harness_on_crash(int sig)
+{
+    static char pid[24];
+    char digits[24];
+    size_t n = 0;
+    for (unsigned long v = (unsigned long)getpid(); n == 0 || v != 0; v /= 10) {
+        digits[n++] = (char)('0' + v % 10);
+    }
+    for (size_t i = 0; i < n; i++) {
+        pid[i] = digits[n - 1 - i];
+    }
+    pid[n] = '\0';
+    harness_write("\n*** fatal signal in test process ");
+    harness_write(pid);
+    harness_write(sig == SIGSEGV ? " (SIGSEGV)" : sig == SIGBUS ? " (SIGBUS)" :
+                  sig == SIGILL ? " (SIGILL)" : " (SIGFPE)");
+    if (cap_file != NULL) {
+        harness_write("; its captured stderr:\n");
+        char buf[4096];
+        off_t off = 0;
+        ssize_t got;
+        while ((got = pread(fileno(cap_file), buf, sizeof buf, off)) > 0) {
+            ssize_t w = write(1, buf, (size_t)got);
+            (void)w;
+            off += got;
+        }
+    }
+    harness_write("\n*** its threads' stacks (gdb):\n");
+    if (harness_run_gdb(pid) < 0) {
+        harness_write("*** gdb could not be run\n");
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+#endif /* HARNESS_SANITIZED */
+
+static inline void harness_crash_reports(void)
+{
+#ifndef HARNESS_SANITIZED
+    const char *e = getenv("PYFINI_TEST_GDB");
+    if (e == NULL || strcmp(e, "1") != 0) {
+        return;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = harness_on_crash;
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        sigaction(sigs[i], &sa, NULL);
+    }
+#endif
+}
+
 static inline int run_suite_here(Suite *s)
 {
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
+    harness_crash_reports();
     printf("CPython %s (%s)\n", PY_VERSION,
 #ifdef Py_DEBUG
            "debug build"

@@ -398,6 +398,82 @@ START_TEST(test_race_first_calls)
 }
 END_TEST
 
+/* ---- a crash in a test process prints every thread's stack -------------- */
+
+/* tests/harness.h (PYFINI_TEST_GDB=1, which tools/run-tests sets): a thread
+   test that crashed once on a CI machine must say where. A child with a
+   second thread raises SIGSEGV in a named function; its report must name
+   that function and both threads, and it must still die of SIGSEGV. */
+#ifndef HARNESS_SANITIZED
+static void *parked_thread(void *unused)
+{
+    (void)unused;
+    pause();
+    return NULL;
+}
+
+__attribute__((noinline)) void crash_here_for_the_report(void);
+__attribute__((noinline)) void crash_here_for_the_report(void)
+{
+    raise(SIGSEGV);
+}
+#endif
+
+START_TEST(test_crash_report_names_every_thread)
+{
+#ifdef HARNESS_SANITIZED
+    printf("SKIP %s: sanitizer builds print their own crash reports\n", __func__);
+#else
+    if (system("command -v gdb >/dev/null 2>&1") != 0) {
+        printf("SKIP %s: no gdb on this machine (tools/install-deps installs it)\n", __func__);
+        return;
+    }
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        setenv("PYFINI_TEST_GDB", "1", 1);
+        harness_crash_reports();
+        pthread_t th;
+        if (pthread_create(&th, NULL, parked_thread, NULL) != 0) {
+            _exit(3);
+        }
+        crash_here_for_the_report();
+        _exit(4);
+    }
+    close(fds[1]);
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    ck_assert_ptr_nonnull(out);
+    ssize_t n;
+    while ((n = read(fds[0], out + len, cap - 1 - len)) > 0) {
+        len += (size_t)n;
+        if (len == cap - 1) {
+            cap *= 2;
+            out = realloc(out, cap);
+            ck_assert_ptr_nonnull(out);
+        }
+    }
+    out[len] = '\0';
+    close(fds[0]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+                  "the child did not die of SIGSEGV (status %#x):\n%s", status, out);
+    ck_assert_msg(strstr(out, "*** fatal signal in test process") != NULL &&
+                      strstr(out, "crash_here_for_the_report") != NULL &&
+                      strstr(out, "parked_thread") != NULL && strstr(out, "Thread 2") != NULL,
+                  "the crash report does not name both threads' stacks:\n%.4000s", out);
+    printf("NOTE %s: a crash prints its threads' stacks through gdb (%zu bytes)\n", __func__, len);
+    free(out);
+#endif
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -405,6 +481,7 @@ static Suite *threads_suite(void)
     tcase_set_timeout(tc, 60 + 3 * run_seconds());
     tcase_add_test(tc, test_isolated_interpreters_in_threads);
     tcase_add_test(tc, test_race_first_calls);
+    tcase_add_test(tc, test_crash_report_names_every_thread);
     suite_add_tcase(s, tc);
     return s;
 }
