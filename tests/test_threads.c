@@ -216,7 +216,8 @@ static char fail_msg[512];
 static void thread_fail(const char *what)
 {
     if (atomic_exchange(&thread_failed, 1) == 0) {
-        snprintf(fail_msg, sizeof fail_msg, "%s: %s", what,
+        snprintf(fail_msg, sizeof fail_msg, "%s, %.2f s before the deadline, after %ld cycles: %s",
+                 what, deadline - now_s(), atomic_load(&cycles_done),
                  pyfini_last_error() ? pyfini_last_error() : "(no pyfini error)");
     }
 }
@@ -242,7 +243,11 @@ static void *interp_worker(void *unused)
         PyThreadState *ts = NULL;
         PyStatus st = interp_config_create(&interp_configs[WORKER_KIND], &ts);
         if (PyStatus_Exception(st) || ts == NULL) {
-            thread_fail("creating the interpreter failed");
+            char what[256];
+            snprintf(what, sizeof what, "creating the interpreter failed (%s: %s, exitcode %d)",
+                     st.func ? st.func : "no function", st.err_msg ? st.err_msg : "no message",
+                     st.exitcode);
+            thread_fail(what);
             break;
         }
         if (register_all_phases() < 0 || use_states() < 0) {
