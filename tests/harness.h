@@ -135,6 +135,9 @@ int harness_record_cb(void *arg)
 
 static int cap_saved_fd = -1;
 static FILE *cap_file;
+/* the capture's descriptor while it is on, for the crash report (a signal
+   handler reads it with pread; -1 when no capture is on) */
+static volatile int cap_fd = -1;
 
 static inline void stderr_capture_begin(void)
 {
@@ -143,12 +146,14 @@ static inline void stderr_capture_begin(void)
     ck_assert_ptr_nonnull(cap_file);
     cap_saved_fd = dup(2);
     dup2(fileno(cap_file), 2);
+    cap_fd = fileno(cap_file);
 }
 
 /* Returns the captured text (malloc'd). */
 static inline char *stderr_capture_end(void)
 {
     fflush(stderr);
+    cap_fd = -1;
     dup2(cap_saved_fd, 2);
     close(cap_saved_fd);
     long n = ftell(cap_file);
@@ -596,18 +601,20 @@ static inline const char *py_version(void) { return PY_VERSION; }
         return;                                                               \
     } while (0)
 
-/* Run a Check suite in fork mode; exit status for CTest. */
 /* ---------------- crash reports ------------------------------------------ */
 
-/* PYFINI_TEST_GDB=1 (tools/run-tests sets it for plain builds when gdb is
-   found): a test process that receives SIGSEGV, SIGBUS, SIGILL or SIGFPE
-   writes to stdout, before it dies of that signal, what its captured stderr
-   held and every thread's stack (gdb attaches to it: "thread apply all bt"),
-   so that a crash seen once, on a CI machine, says where it was. Only
-   async-signal-safe calls up to the exec; vfork() runs no pthread_atfork()
-   handler (pyfini's and CPython's take locks the crashed thread may hold).
-   SIGABRT is left alone: some tests expect it, and CPython's fatal errors
-   print their own report. Sanitizer builds keep their own handlers. */
+/* PYFINI_TEST_GDB=1 (tools/run-tests sets it when gdb is found): a test
+   process that receives SIGSEGV, SIGBUS, SIGILL or SIGFPE writes to stdout,
+   before it dies of that signal, which thread got it, what its captured
+   stderr held and every thread's stack (gdb attaches to it: "thread apply
+   all bt"), so that a crash seen once, on a CI machine, says where it was.
+   Only async-signal-safe calls up to the exec; vfork() runs no
+   pthread_atfork() handler (pyfini's and CPython's take locks the crashed
+   thread may hold). SIGABRT is left alone: some tests expect it, and
+   CPython's fatal errors print their own report. Sanitizer builds keep
+   their own handlers and ignore the variable. Not covered: a stack
+   overflow (no alternate signal stack: the handler cannot run), and a
+   second thread crashing while gdb runs (it ends the process mid-report). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #  define HARNESS_SANITIZED 1
 #elif defined(__has_feature)
@@ -617,20 +624,41 @@ static inline const char *py_version(void) { return PY_VERSION; }
 #endif
 
 #ifndef HARNESS_SANITIZED
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
 static void harness_write(const char *s)
 {
     ssize_t r = write(1, s, strlen(s));
     (void)r;
 }
 
+/* v in decimal into buf (at least 24 bytes); async-signal-safe */
+static void harness_utoa(unsigned long v, char *buf)
+{
+    char digits[24];
+    size_t n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = digits[n - 1 - i];
+    }
+    buf[n] = '\0';
+}
+
 /* gdb attached to this process, its output on stdout, through sh (vfork:
-   the child only dups and execs); 0, or -1 if gdb could not be run. gdb
-   gets 50 s (coreutils timeout), then sh sends this process SIGCONT
-   whatever gdb did: a SIGSTOP of gdb's attach still pending on a thread
-   would otherwise stop the process for good after the detach, and the
-   crash would hang until Check's timeout instead of being reported (seen
-   once in about 500 runs of test_crash_report_names_every_thread on a
-   loaded machine); SIGCONT discards pending stop signals. */
+   the child only dups and execs); sh's exit status: 0, 127 no gdb (or no
+   sh), 124/137 gdb timed out, else gdb's failure (e.g. ptrace refused).
+   gdb gets 50 s (then SIGTERM, 5 s later SIGKILL: coreutils timeout,
+   --foreground so that it stays in the test's process group, which Check
+   kills on its own timeout; stdin /dev/null), then sh sends this process
+   SIGCONT whatever gdb did: a SIGSTOP of gdb's attach still pending on a
+   thread would otherwise stop the process for good after the detach, and
+   the crash would hang until Check's timeout instead of being reported
+   (seen once in about 500 runs of test_crash_report_names_every_thread on
+   a loaded machine); SIGCONT discards pending stop signals. */
 static int harness_run_gdb(const char *pid)
 {
     pid_t c = vfork();
@@ -638,50 +666,68 @@ static int harness_run_gdb(const char *pid)
         dup2(1, 2);
         execl("/bin/sh", "sh", "-c",
               "command -v gdb >/dev/null || exit 127\n"
-              "timeout -k 5 50 gdb -q -nx -batch -p \"$1\" -ex 'info sharedlibrary python' "
-              "-ex 'thread apply all bt 40' -ex detach\n"
-              "kill -CONT \"$1\"\n",
+              "timeout --foreground -k 5 50 gdb -q -nx -batch -p \"$1\" "
+              "-ex 'info sharedlibrary python' -ex 'thread apply all bt 40' -ex detach "
+              "</dev/null\n"
+              "s=$?\n"
+              "kill -CONT \"$1\"\n"
+              "exit $s\n",
               "sh", pid, (char *)NULL);
         _exit(127);
     }
     int status = 0;
     while (c > 0 && waitpid(c, &status, 0) < 0 && errno == EINTR) {
     }
-    return c > 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 127) ? 0 : -1;
+    if (c < 0) {
+        return 127;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 static void harness_on_crash(int sig)
 {
-    static char pid[24];
-    char digits[24];
-    size_t n = 0;
-    for (unsigned long v = (unsigned long)getpid(); n == 0 || v != 0; v /= 10) {
-        digits[n++] = (char)('0' + v % 10);
-    }
-    for (size_t i = 0; i < n; i++) {
-        pid[i] = digits[n - 1 - i];
-    }
-    pid[n] = '\0';
+    static char pid[24], tid[24], rc[24];
+    harness_utoa((unsigned long)getpid(), pid);
+    harness_utoa((unsigned long)syscall(SYS_gettid), tid);
     harness_write("\n*** fatal signal in test process ");
     harness_write(pid);
-    harness_write(sig == SIGSEGV ? " (SIGSEGV)" : sig == SIGBUS ? " (SIGBUS)" :
-                  sig == SIGILL ? " (SIGILL)" : " (SIGFPE)");
-    if (cap_file != NULL) {
+    harness_write(sig == SIGSEGV ? " (SIGSEGV" : sig == SIGBUS ? " (SIGBUS" :
+                  sig == SIGILL ? " (SIGILL" : " (SIGFPE");
+    harness_write(", in thread LWP ");
+    harness_write(tid);
+    harness_write(")");
+    int fd = cap_fd;
+    if (fd >= 0) {
         harness_write("; its captured stderr:\n");
         char buf[4096];
         off_t off = 0;
         ssize_t got;
-        while ((got = pread(fileno(cap_file), buf, sizeof buf, off)) > 0) {
+        while ((got = pread(fd, buf, sizeof buf, off)) > 0) {
             ssize_t w = write(1, buf, (size_t)got);
             (void)w;
             off += got;
         }
     }
-    harness_write("\n*** its threads' stacks (gdb):\n");
-    if (harness_run_gdb(pid) < 0) {
-        harness_write("*** gdb could not be run\n");
+    /* gdb runs as this process's grandchild: where Yama's ptrace_scope is
+       1, only a descendant could be traced, so this process allows any
+       tracer (a plain system call; EINVAL without Yama) */
+    (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    harness_write("\n*** its threads' stacks (gdb; the crashed one is LWP ");
+    harness_write(tid);
+    harness_write("):\n");
+    int r = harness_run_gdb(pid);
+    if (r != 0) {
+        harness_utoa((unsigned long)r, rc);
+        harness_write(r == 127 ? "*** gdb could not be run (status 127)\n"
+                               : "*** gdb failed or timed out, status ");
+        if (r != 127) {
+            harness_write(rc);
+            harness_write("\n");
+        }
     }
-    signal(sig, SIG_DFL);
+    /* SA_RESETHAND made the action SIG_DFL; the signal stays blocked until
+       this handler returns, and then ends the process (a fault re-executes
+       its instruction, raise() leaves it pending) */
     raise(sig);
 }
 
@@ -698,14 +744,18 @@ static inline void harness_crash_reports(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = harness_on_crash;
     sa.sa_flags = (int)SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
     const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        sigaddset(&sa.sa_mask, sigs[i]);   /* no second report from inside the first */
+    }
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         sigaction(sigs[i], &sa, NULL);
     }
 #endif
 }
 
+/* Run a Check suite in fork mode; exit status for CTest. */
 static inline int run_suite_here(Suite *s)
 {
     SRunner *sr = srunner_create(s);

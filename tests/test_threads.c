@@ -421,6 +421,7 @@ __attribute__((noinline)) void crash_here_for_the_report(void);
 __attribute__((noinline)) void crash_here_for_the_report(void)
 {
     raise(SIGSEGV);
+    __asm__ volatile("");   /* not a tail call: this frame stays on the stack */
 }
 #endif
 
@@ -469,6 +470,12 @@ START_TEST(test_crash_report_names_every_thread)
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
                   "the child did not die of SIGSEGV (status %#x):\n%s", status, out);
+    if (strstr(out, "ptrace: Operation not permitted") != NULL) {
+        printf("SKIP %s: this machine does not let gdb attach (ptrace refused: a container "
+               "without CAP_SYS_PTRACE, or Yama's ptrace_scope 2 or 3)\n", __func__);
+        free(out);
+        return;
+    }
     ck_assert_msg(strstr(out, "*** fatal signal in test process") != NULL &&
                       strstr(out, "crash_here_for_the_report") != NULL &&
                       strstr(out, "parked_thread") != NULL && strstr(out, "Thread 2") != NULL,
