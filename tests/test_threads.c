@@ -480,7 +480,8 @@ START_TEST(test_crash_report_names_every_thread)
                       strstr(out, "crash_here_for_the_report") != NULL &&
                       strstr(out, "parked_thread") != NULL && strstr(out, "Thread 2") != NULL,
                   "the crash report does not name both threads' stacks:\n%.4000s", out);
-    printf("NOTE %s: a crash prints its threads' stacks through gdb (%zu bytes)\n", __func__, len);
+    printf("NOTE %s (CPython %s build): a crash prints its threads' stacks through gdb (%zu "
+           "bytes)\n", __func__, PY_VERSION, len);
     free(out);
 #endif
 }
