@@ -428,10 +428,12 @@ __attribute__((noinline)) void crash_here_for_the_report(void)
 START_TEST(test_crash_report_names_every_thread)
 {
 #ifdef HARNESS_SANITIZED
-    printf("SKIP %s: sanitizer builds print their own crash reports\n", __func__);
+    printf("SKIP %s on CPython %s: sanitizer builds print their own crash reports\n", __func__,
+           PY_VERSION);
 #else
     if (system("command -v gdb >/dev/null 2>&1") != 0) {
-        printf("SKIP %s: no gdb on this machine (tools/install-deps installs it)\n", __func__);
+        printf("SKIP %s on CPython %s: no gdb on this machine (tools/install-deps installs it)\n",
+               __func__, PY_VERSION);
         return;
     }
     int fds[2];
@@ -471,8 +473,9 @@ START_TEST(test_crash_report_names_every_thread)
     ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
                   "the child did not die of SIGSEGV (status %#x):\n%s", status, out);
     if (strstr(out, "ptrace: Operation not permitted") != NULL) {
-        printf("SKIP %s: this machine does not let gdb attach (ptrace refused: a container "
-               "without CAP_SYS_PTRACE, or Yama's ptrace_scope 2 or 3)\n", __func__);
+        printf("SKIP %s on CPython %s: this machine does not let gdb attach (ptrace refused: a "
+               "container without CAP_SYS_PTRACE, or Yama's ptrace_scope 2 or 3)\n", __func__,
+               PY_VERSION);
         free(out);
         return;
     }
