@@ -79,15 +79,7 @@
  *       Py_Initialize a main interpreter that leaked both its registry and
  *       its builtins dict is not told apart. No effect on 3.13.2+/3.14+
  *       (PyUnstable_AtExit is used there). Define it alike in every file of
- *       one copy. Define it where isolated (own-GIL) interpreters are
- *       created on several threads at once on 3.12 or 3.13.0-3.13.1: with
- *       ANY C audit hook in the process, CPython 3.12.1 and 3.13.0 then fail
- *       such a creation now and then (Py_NewInterpreterFromConfig: "Failed
- *       to import encodings module"; "failed to get the Python codec of the
- *       filesystem encoding" after a TypeError that applies a BufferedReader
- *       method to a FileIO) - once in 28,800 and 12,800 creations with a
- *       hook that does nothing and no pyfini, never in 110,400 without a
- *       hook (tools/repro/audit-hook-own-gil.c, 2026-12-06).
+ *       one copy.
  *   PYFINI_TEST_FAULTS(site)
  *       TEST BUILDS ONLY (tests/test_faults.c walks it): an expression in
  *       front of every Python object creation and allocating CPython call

@@ -231,16 +231,15 @@ static void thread_fail(const char *what)
 #  define WORKER_KIND INTERP_LEGACY
 #endif
 
-/* CPython 3.12.x and 3.13.0-3.13.1, with a C audit hook in the process
-   (pyfini adds one there: PYFINI_NO_AUDIT_HOOK), now and then fail the
-   creation of isolated interpreters on several threads at once ("Failed to
-   import encodings module"; a BufferedReader method applied to a FileIO) -
-   shown without pyfini by tools/repro/audit-hook-own-gil.c, docs/
-   reliability.md. There the workers create their interpreters one at a
-   time; all the rest (pyfini's registrations, states, tracking, the
-   interpreters' ends) stays concurrent. pyfini runs no code of its own
-   during a creation but its audit hook's name compare. Decided at run time,
-   as pyfini decides (Py_Version). */
+/* CPython 3.12.1 and 3.13.0 now and then fail the creation of isolated
+   interpreters on several threads at once ("Failed to import encodings
+   module"; a BufferedReader method applied to a FileIO) - shown without
+   pyfini by tools/repro/own-gil-concurrent-create.c, docs/reliability.md;
+   pybind11 creates them one at a time before 3.13. On 3.12.x and
+   3.13.0-3.13.1 the workers create their interpreters one at a time; all
+   the rest (pyfini's registrations, states, tracking, the interpreters'
+   ends) stays concurrent. pyfini runs no code of its own during a creation
+   but its audit hook's name compare. Decided at run time (Py_Version). */
 static pthread_mutex_t creation_lock = PTHREAD_MUTEX_INITIALIZER;
 static int creation_serialized(void)
 {
@@ -337,7 +336,7 @@ START_TEST(test_isolated_interpreters_in_threads)
            min_cycles, max_cycles);
     if (creation_serialized()) {
         printf("NOTE %s on CPython %s: the interpreters were created one at a time (CPython's own "
-               "race with a C audit hook: tools/repro/audit-hook-own-gil.c); used and ended "
+               "creations race: tools/repro/own-gil-concurrent-create.c); used and ended "
                "concurrently\n",
                __func__, py_version());
     }
