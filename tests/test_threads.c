@@ -452,6 +452,21 @@ __attribute__((noinline)) void crash_here_for_the_report(void)
     raise(SIGSEGV);
     __asm__ volatile("");   /* not a tail call: this frame stays on the stack */
 }
+
+/* run_in_child's child: the report goes to stdout, so stdout joins stderr
+   in the pipe */
+static void crash_child(void)
+{
+    dup2(2, 1);
+    setenv("PYFINI_TEST_GDB", "1", 1);
+    harness_crash_reports();
+    pthread_t th;
+    if (pthread_create(&th, NULL, parked_thread, NULL) != 0) {
+        _exit(3);
+    }
+    crash_here_for_the_report();
+    _exit(4);
+}
 #endif
 
 START_TEST(test_crash_report_names_every_thread)
@@ -465,47 +480,15 @@ START_TEST(test_crash_report_names_every_thread)
                __func__, PY_VERSION);
         return;
     }
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        setenv("PYFINI_TEST_GDB", "1", 1);
-        harness_crash_reports();
-        pthread_t th;
-        if (pthread_create(&th, NULL, parked_thread, NULL) != 0) {
-            _exit(3);
-        }
-        crash_here_for_the_report();
-        _exit(4);
-    }
-    close(fds[1]);
-    size_t cap = 1 << 16, len = 0;
-    char *out = malloc(cap);
-    ck_assert_ptr_nonnull(out);
-    ssize_t n;
-    while ((n = read(fds[0], out + len, cap - 1 - len)) > 0) {
-        len += (size_t)n;
-        if (len == cap - 1) {
-            cap *= 2;
-            out = realloc(out, cap);
-            ck_assert_ptr_nonnull(out);
-        }
-    }
-    out[len] = '\0';
-    close(fds[0]);
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    static char out[1 << 16];
+    int status = run_in_child(crash_child, out, sizeof out);
+    size_t len = strlen(out);
     ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
                   "the child did not die of SIGSEGV (status %#x):\n%s", status, out);
     if (strstr(out, "ptrace: Operation not permitted") != NULL) {
         printf("SKIP %s on CPython %s: this machine does not let gdb attach (ptrace refused: a "
                "container without CAP_SYS_PTRACE, or Yama's ptrace_scope 2 or 3)\n", __func__,
                PY_VERSION);
-        free(out);
         return;
     }
     ck_assert_msg(strstr(out, "*** fatal signal in test process") != NULL &&
@@ -514,7 +497,6 @@ START_TEST(test_crash_report_names_every_thread)
                   "the crash report does not name both threads' stacks:\n%.4000s", out);
     printf("NOTE %s (CPython %s build): a crash prints its threads' stacks through gdb (%zu "
            "bytes)\n", __func__, PY_VERSION, len);
-    free(out);
 #endif
 }
 END_TEST
