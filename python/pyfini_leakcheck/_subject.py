@@ -24,6 +24,7 @@ import ast
 import builtins
 import importlib
 import inspect
+import os
 import symtable
 import textwrap
 import types
@@ -171,6 +172,11 @@ def subject_code(func, params=None):
         raise SubjectError(f"{func.__qualname__}: only module-level test functions can be marked leakcheck "
                            "(not methods of a test class)")
     filename = inspect.getsourcefile(func) or func.__code__.co_filename
+    # relative to the working directory (which the tool's worker shares)
+    # when below it: reports stay short and name the file as pytest does
+    rel = os.path.relpath(filename)
+    if not rel.startswith(os.pardir + os.sep):
+        filename = rel
     lines, first = inspect.getsourcelines(func)
     text = textwrap.dedent("".join(lines))
     tree = ast.parse(text)
@@ -189,8 +195,7 @@ def subject_code(func, params=None):
             raise SubjectError(f"{func.__name__}: the parameter {k}={v!r} is not a literal, so it cannot be passed "
                                "to another interpreter")
         args.append(f"{k}={text}")
-    out = [f"# {func.__module__}.{func.__name__}, run by pyfini_leakcheck's pytest plugin"]
-    out += pre.lines
+    out = list(pre.lines)
     out.append(pre.compiled(src, first + node.lineno - 1))
     out.append(f"{func.__name__}({', '.join(args)})")
     return "\n".join(out) + "\n"

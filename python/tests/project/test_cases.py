@@ -27,6 +27,11 @@ class Counter:
 @pytest.mark.leakcheck(cycles=20)
 def test_leak64():
     import _pyfini_leak64  # noqa: F401
+
+
+@pytest.mark.leakcheck(cycles=20)
+def test_noleak64():
+    import _pyfini_noleak64  # noqa: F401
 # docs: end leak
 
 
