@@ -15,8 +15,8 @@
 # the POST_SHUTDOWN and RUNTIME_SHUTDOWN ones run where no Python code may
 # run (RUNTIME_SHUTDOWN: no thread state at all). Return 0 on success,
 # non-zero on failure (pyfini reports it on stderr). Do not use `with gil`
-# in one: PyGILState_Ensure() takes the main interpreter's thread state, not
-# the ending interpreter's.
+# in one: it is PyGILState_Ensure(), which is not made for sub-interpreters
+# (Cython warns so under subinterpreters_compatible).
 #
 # The functions that need an attached thread state (all but
 # pyfini_phase_name and pyfini_last_error) are declared without nogil, so

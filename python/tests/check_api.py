@@ -49,7 +49,7 @@ def main():
     else:
         return  # the installed package: found the tool and ran it
 
-    r = lc.run("_pyfini_noleak64", cycles=20, warmup=5)
+    r = lc.run("_pyfini_noleak64", cycles=8, warmup=2)
     check(r.verdict == "no leak" and r.ok and not r.leaking_meters, f"noleak64: {r!r}")
     r = lc.run("_pyfini_trackleak", cycles=4, warmup=0)
     states = [x.get("state") for x in r.pyfini_leaks]

@@ -4,7 +4,7 @@ the outcomes it reports (its --junitxml) compared with EXPECTED.
 usage: check_plugin.py --work DIR [--entry-point] [--quick]
   default        pytest -p pyfini_leakcheck (a checkout: PYTHONPATH=python)
   --entry-point  no -p: pytest must load the plugin by its pytest11 entry point
-  --quick        only test_leak64, test_noleak64 and one generated test
+  --quick        only test_leak64 (it fails only where the plugin is loaded)
 PYTHONPATH also holds the test modules (_pyfini_leak64, _pyfini_noleak64,
 _pyfini_singlephase); $PYFINI_LEAKCHECK the tool, when set."""
 import os
@@ -38,7 +38,7 @@ EXPECTED = {
     "leakcheck-imports.lcpkg.sub": ("passed", []),
     "leakcheck-imports.lcpkg.sub.leaky": ("failed", ["--import lcpkg.sub.leaky", "verdict: LEAK"]),
 }
-QUICK = ["test_cases.test_leak64", "test_cases.test_noleak64", "leakcheck-imports.lcpkg.sub.leaky"]
+QUICK = ["test_cases.test_leak64"]   # enough to show the plugin is loaded: it fails
 
 
 def outcomes(junit):
@@ -63,11 +63,13 @@ def main():
     quick = "--quick" in args
     junit = os.path.join(work, "junit.xml")
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}", "-q", "-rN",
-           f"--rootdir={PROJECT}", "--leakcheck-imports=lcpkg"]
+           f"--rootdir={PROJECT}", "--leakcheck-imports=lcpkg",
+           # CI time: the fewest cycles that judge these modules alike on every CPython here
+           "--leakcheck-cycles=8", "--leakcheck-warmup=2"]
     if not entry:
         cmd += ["-p", "pyfini_leakcheck"]
     if quick:
-        cmd += ["-k", "test_leak64 or test_noleak64 or leaky"]
+        cmd += ["-k", "test_leak64"]
     cmd.append(PROJECT)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
