@@ -1,6 +1,6 @@
 # PyfiniInstall.cmake - what `cmake --install BUILD --prefix P` puts into P.
 #
-#   P/include/pyfini.h, pyfini_pybind11.h
+#   P/include/pyfini.h, pyfini_pybind11.h, pyfini.pxd (Cython: cimport pyfini)
 #   P/share/cmake/pyfini/pyfiniConfig.cmake, pyfiniConfigVersion.cmake,
 #                        pyfiniTargets.cmake       find_package(pyfini) -> pyfini::pyfini
 #   P/share/pkgconfig/pyfini.pc                    pkg-config / Meson dependency('pyfini')
@@ -31,7 +31,7 @@ file(RELATIVE_PATH PYFINI_LC_WORKER_REL "/_/${CMAKE_INSTALL_BINDIR}" "/_/${PYFIN
 file(RELATIVE_PATH PYFINI_LC_SOURCE_REL "/_/${CMAKE_INSTALL_BINDIR}" "/_/${PYFINI_LC_DATA_DIR}/leakcheck")
 
 install(FILES "${PROJECT_SOURCE_DIR}/include/pyfini.h" "${PROJECT_SOURCE_DIR}/include/pyfini_pybind11.h"
-        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+              "${PROJECT_SOURCE_DIR}/include/pyfini.pxd" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" "${PROJECT_SOURCE_DIR}/CHANGELOG.md" "${PROJECT_SOURCE_DIR}/README.md"
         DESTINATION "${CMAKE_INSTALL_DOCDIR}")
 # the user documentation, where README.md's links expect it (not docs/'s

@@ -1,0 +1,1 @@
+"""lcpkg - a package for --leakcheck-imports: clean modules and one that leaks."""

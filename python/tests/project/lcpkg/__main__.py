@@ -1,0 +1,1 @@
+raise SystemExit("lcpkg.__main__ must not be imported by --leakcheck-imports")
