@@ -10,7 +10,8 @@
  *     }
  *
  * What pybind11 3.1 does at an interpreter's end (read in its headers, each
- * fact pinned by tests/pybind11/test_pybind11.cpp, which names it):
+ * fact pinned by tests/pybind11/test_pybind11.cpp, which names it; what
+ * pybind11 itself would change: docs/upstream/pybind11.md):
  *  - detail/internals.h: the shared `internals` and each shared object's
  *    `local_internals` live in capsules of the interpreter state dict whose
  *    payload is a `new std::unique_ptr<...>` and whose destructor is NULL
@@ -20,8 +21,15 @@
  *    object keeps an own-obmalloc interpreter's arenas from being freed:
  *    about 1.7 MB per ended interpreter.
  *  - detail/class.h: pybind11_meta_dealloc() calls PyType_Type.tp_dealloc
- *    without Py_DECREF of the metaclass, so the metaclass gains a reference
- *    per dead pybind11 class and can never die.
+ *    without Py_DECREF of the metaclass; pybind11_static_property inherits
+ *    CPython's property_dealloc (no Py_DECREF of its heap type, its __dict__
+ *    never cleared); a class made without a scope (iterator and bind_vector
+ *    helper classes) is kept "alive forever".
+ *  - pybind11 instances are not tracked by the GC: a py::enum_ class and its
+ *    values (in its dict) hold each other for good.
+ *  - module_::def_submodule leaks a reference to the parent's __file__;
+ *    all_type_info_get_cache() leaves weak references with pybind11
+ *    callbacks on types that never die (static types such as `object`).
  *  - internals::tstate is a thread_specific_storage: a TSS key given back only
  *    by ~internals (about 1,010 leaked internals exhaust the keys and pybind11
  *    aborts "could not initialize the TSS key!").
@@ -29,7 +37,8 @@
  *    the last interpreter's ADDRESS and its pointer-to-internals
  *    (thread_local last_istate / internals_p); a cache miss reads the state
  *    dict (which re-creates an empty one during the last GC), and a new
- *    interpreter at an ended one's address hits the stale entry.
+ *    interpreter at an ended one's address hits the stale entry - on any
+ *    thread that used the ended one.
  *
  * What attach() arranges, per interpreter (idempotent per interpreter and
  * shared object; one record per interpreter in a pyfini_state):
@@ -37,20 +46,31 @@
  *    per-interpreter lookup in a sub-interpreter (detail::ensure_internals(),
  *    what PYBIND11_MODULE does first);
  *  - the metaclass's tp_dealloc gives back the reference each dead class holds
- *    (the original pybind11_meta_dealloc still runs first);
+ *    (the original pybind11_meta_dealloc still runs first); the static
+ *    property type gets a tp_dealloc, tp_traverse and tp_clear that do what
+ *    subtype_dealloc would;
+ *  - each thread that fills this shared object's pybind11 cache is noted
+ *    (fetch hook on_fetch_ and attach()); when an interpreter ends, every
+ *    thread's cache that names it is dropped (compare-and-swap);
  *  - at USER (atexit): the calling thread's pybind11 caches of every attached
  *    shared object are pointed at this interpreter, so that tp_traverse /
  *    tp_clear / tp_dealloc run by the last GC find the live internals without
  *    reading the (then cleared) state dict - pybind11's reverted case; the
- *    pybind11 types are tracked with pyfini_track (leak reports);
- *  - at POST_SHUTDOWN (after the last GC, pyfini_state clear): the type
- *    references of the shared and of every attached local internals are
- *    dropped, the metaclass stops calling into the internals, every attached
- *    local internals and the shared internals are deleted (TSS key given back,
- *    each pointer-to-pointer removed from pybind11's "already created" set so
- *    that a later interpreter may reuse its address), the ending thread's
- *    caches are dropped; then pyfini breaks the types' own cycles and frees
- *    them (instance_base first, the metaclass last).
+ *    references def_submodule leaked are given back; the type-cache weak
+ *    references on types that outlive the internals are given up; pybind11's
+ *    own classes alive now are noted (weak references); the pybind11 types
+ *    are tracked with pyfini_track (leak reports);
+ *  - at POST_SHUTDOWN (after the last GC, pyfini_state clear): the noted
+ *    classes still alive are cleared (metatype tp_clear; the "alive forever"
+ *    reference of scope-less ones given back), instances still alive are
+ *    reported by class; the type references of the shared and of every
+ *    attached local internals are dropped, the metaclass stops calling into
+ *    the internals, every attached local internals and the shared internals
+ *    are deleted (TSS key given back, each pointer-to-pointer removed from
+ *    pybind11's "already created" set so that a later interpreter may reuse
+ *    its address), every thread's caches of the interpreter are dropped; then
+ *    pyfini breaks the types' own cycles and frees them (instance_base first,
+ *    the metaclass last).
  *
  * Rules (see docs/pybind11.md):
  *  1. Every shared object that uses pybind11 in the interpreter calls attach()
@@ -58,19 +78,17 @@
  *     that embeds with pybind11 (scoped_interpreter, scoped_subinterpreter)
  *     right after entering the interpreter. A pybind11 shared object that did
  *     not attach is noticed at USER (its module-local capsule in the state
- *     dict): its function-record type reference is still dropped, but the
- *     8-byte shell of the shared internals is left to pybind11's own
- *     destroy() (embed.h / subinterpreter.h call it), and a note is printed.
- *  2. Another thread than the one that ends the interpreter, which used
- *     pybind11 there, calls pyfini_pybind11::release_thread() while it still
- *     has that interpreter's thread state (e.g. before it deletes it, or at
- *     the end of a py::subinterpreter_scoped_activate scope). pybind11 gives
- *     no way to reach another thread's thread_local cache; without this call
- *     that thread reads freed internals when a later interpreter lands at the
- *     same address (also with plain pybind11 and its scoped_subinterpreter).
- *  3. attach() before any pybind11 class of the interpreter has died (a class
+ *     dict): its function-record type reference is still dropped, the repairs
+ *     above cover its classes (they are the interpreter's), but its local
+ *     internals, the shared internals' 8-byte holder, its def_submodule
+ *     references and its threads' caches are left to pybind11 (whose own
+ *     destroy() in embed.h / subinterpreter.h frees the holder), and a note
+ *     is printed.
+ *  2. attach() before any pybind11 class of the interpreter has died (a class
  *     that died before leaves its metaclass reference lost; pyfini reports the
  *     metaclass as leaked).
+ *  (release_thread(), once rule 2, is no longer needed: threads are handled
+ *  as above. It stays, harmless.)
  *
  * Thread state: attach() and release_thread() need an attached thread state.
  * Errors: attach() throws pybind11::error_already_set (the Python exception
@@ -119,7 +137,7 @@
 #include <vector>
 
 #define PYFINI_PYBIND11_VERSION_MAJOR 0
-#define PYFINI_PYBIND11_VERSION_MINOR 1
+#define PYFINI_PYBIND11_VERSION_MINOR 2
 #define PYFINI_PYBIND11_VERSION_PATCH 0
 
 /* Each shared object has its own copy of everything below, like pybind11's
@@ -922,7 +940,9 @@ inline void break_class_cycles(interp_rec *rec)
     /* the reference pybind11 keeps of a class it made without a scope; its
        own cycles are broken above, so it dies with the last reference */
     for (size_t i = 0; i < nscopeless; i++) {
-        Py_DECREF(rec->scopeless[i]);
+        if (Py_REFCNT(rec->scopeless[i]) >= 3) {   /* ours here, the classes list's, pybind11's */
+            Py_DECREF(rec->scopeless[i]);
+        }
         Py_DECREF(rec->scopeless[i]);
     }
     for (size_t i = 0; i < n; i++) {
@@ -1145,8 +1165,10 @@ inline void attach()
     }
 }
 
-/* Rule 2: drop the calling thread's pybind11 caches of every shared object
-   attached in the current interpreter (the next pybind11 call on this thread
+/* Drop the calling thread's pybind11 caches of every shared object
+   attached in the current interpreter (no longer needed: every thread's
+   caches of an ended interpreter are dropped at its POST_SHUTDOWN; kept for
+   programs that call it) (the next pybind11 call on this thread
    finds its internals again through the state dict). Call it on a thread
    that used pybind11 in an interpreter it will not end, while it still has
    that interpreter's thread state. No-op where nothing is attached. Never

@@ -2,8 +2,11 @@
 # iterates, raises and catches, subclasses in Python, pickles), in the
 # interpreter pyfini-leakcheck creates. Run with --file.
 import array
+import os
 import pickle
 
+if os.environ.get("PB11_ALSO_IMPORT"):   # an attached module imported first (pb11_a)
+    __import__(os.environ["PB11_ALSO_IMPORT"])
 import pb11_features as m
 
 F = set(m.features)
@@ -154,7 +157,6 @@ for _name in sorted(F):
 # References the garbage collector cannot see, which no adapter can free:
 # PB11_CYCLES=1 adds them (pybind11_features_uncollectable expects the
 # adapter's report to name the classes whose instances they keep alive).
-import os
 if os.environ.get("PB11_CYCLES") == "1":
     lst2 = m.Listener()
     lst2.set(lambda x: x + len([lst2]))   # a std::function member holding a callable that holds it

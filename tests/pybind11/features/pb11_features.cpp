@@ -32,7 +32,12 @@ bool wanted(const char *feature)
 
 PYBIND11_MODULE(pb11_features, m, py::multiple_interpreters::per_interpreter_gil())
 {
-    const char *a = std::getenv("PB11_ATTACH");
+    // PB11_FEATURES_ATTACH (else PB11_ATTACH) = 0: this module plain, e.g.
+    // beside an attached pb11_a (a module its user cannot rebuild)
+    const char *a = std::getenv("PB11_FEATURES_ATTACH");
+    if (a == nullptr) {
+        a = std::getenv("PB11_ATTACH");
+    }
     bool adapter = a == nullptr || std::strcmp(a, "0") != 0;
     if (adapter) {
         pyfini_pybind11::attach();
