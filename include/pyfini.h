@@ -106,7 +106,11 @@
  *   time), a POSIX system with dladdr() (Linux, macOS).
  *
  * CHANGELOG (newest first)
- *   Unreleased  0.1.0  2026-12-03 the hit table: 128 entries, Fibonacci hashing
+ *   Unreleased  0.1.0  2026-12-07 one copy = one shared object: the per-copy
+ *                      state (hit table, per-thread cache, last error, audit
+ *                      hook) is shared by every file of a shared object (weak
+ *                      hidden symbols pyfini__copy_layout1/thread_layout1).
+ *                      2026-12-03 the hit table: 128 entries, Fibonacci hashing
  *                      of def and interpreter, a second entry per pair (hits that
  *                      always missed: an array of defs, two interpreters' defs).
  *                      2026-12-01 pyfini_state hit: a process-wide seqlock table,
