@@ -42,10 +42,11 @@
  *   object or executable share one per-thread state cache, one hit table,
  *   one last error (pyfini_last_error) and, on CPython 3.11-3.13.1, one audit
  *   hook - weak, hidden symbols with C linkage (section 3, "private per-copy
- *   state"; GCC and Clang on ELF and Mach-O; other compilers: one copy per
- *   file). Defining PYFINI_IMPLEMENTATION before the include is accepted
- *   and changes nothing (stb-style code keeps working). Several copies in
- *   one process - two extension modules that both vendor pyfini.h, possibly
+ *   state"; GCC and Clang on ELF, e.g. Linux; elsewhere, macOS included,
+ *   each file is a copy of its own). Defining PYFINI_IMPLEMENTATION before
+ *   the include is accepted and changes nothing (stb-style code keeps
+ *   working). Several copies in one process - two extension modules that
+ *   both vendor pyfini.h, possibly
  *   of different pyfini versions - share ONE registry per interpreter (one
  *   LIFO order per phase, one POST_SHUTDOWN hook) and ONE process-wide
  *   Py_AtExit slot: the registry is an ABI-versioned structure under the key
@@ -584,8 +585,9 @@ enum { PYFINI__STATE_INIT = 1, PYFINI__STATE_ALIVE = 2, PYFINI__STATE_CLEARING =
    implementations. The symbol names carry PYFINI__COPY_LAYOUT, so units of
    two pyfini versions with different layouts linked into one shared object
    keep separate structures instead of merging mismatched ones.
-   Compilers without weak hidden symbols (neither GCC nor Clang, or an
-   object format other than ELF and Mach-O) get `static` structures: there
+   Other compilers and object formats (neither GCC nor Clang, or not ELF:
+   macOS's Mach-O, whose thread-local variables go through dyld and whose
+   weak thread-locals pyfini has not tested) get `static` structures: there
    every translation unit is a copy of its own (its own hit table, cache,
    last error and, on CPython 3.11-3.13.1, its own audit hook), which is
    correct but slower and noisier. PYFINI__SHARED_STATE says which (1:
@@ -602,7 +604,7 @@ enum { PYFINI__STATE_INIT = 1, PYFINI__STATE_ALIVE = 2, PYFINI__STATE_CLEARING =
 #define PYFINI__CAT(a, b) PYFINI__CAT2(a, b)
 #define PYFINI__COPY PYFINI__CAT(pyfini__copy_layout, PYFINI__COPY_LAYOUT)
 #define PYFINI__THREAD PYFINI__CAT(pyfini__thread_layout, PYFINI__COPY_LAYOUT)
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__ELF__) || defined(__APPLE__)) &&   \
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__ELF__) &&                          \
     !defined(PYFINI__PER_UNIT_STATE)
 #  define PYFINI__SHARED_STATE 1
 /* __thread, not thread_local: in C++ it never asks for a TLS wrapper
