@@ -46,15 +46,15 @@
  *   each file is a copy of its own). Defining PYFINI_IMPLEMENTATION before
  *   the include is accepted and changes nothing (stb-style code keeps
  *   working). Several copies in one process - two extension modules that
- *   both vendor pyfini.h, possibly
- *   of different pyfini versions - share ONE registry per interpreter (one
- *   LIFO order per phase, one POST_SHUTDOWN hook) and ONE process-wide
- *   Py_AtExit slot: the registry is an ABI-versioned structure under the key
- *   PYFINI_REGISTRY_KEY in the interpreter state dict, and every copy calls
- *   the functions stored in it by the copy that made it. So a shared object
- *   holding a copy must stay loaded while an interpreter it used is alive
- *   (the registry holds its functions and the address of its state-cache
- *   epoch); CPython never unloads extension modules.
+ *   both vendor pyfini.h, possibly of different pyfini versions - share ONE
+ *   registry per interpreter (one LIFO order per phase, one POST_SHUTDOWN
+ *   hook) and ONE process-wide Py_AtExit slot: the registry is an
+ *   ABI-versioned structure under the key PYFINI_REGISTRY_KEY in the
+ *   interpreter state dict, and every copy calls the functions stored in it
+ *   by the copy that made it. So a shared object holding a copy must stay
+ *   loaded while an interpreter it used is alive (the registry holds its
+ *   functions and the address of its state-cache epoch); CPython never
+ *   unloads extension modules.
  *
  * COMPILE-TIME OPTIONS (define before including)
  *   PYFINI_FUNC
@@ -75,9 +75,10 @@
  *   PYFINI_NO_AUDIT_HOOK
  *       on CPython 3.11, 3.12 and 3.13.0-3.13.1, do not add the C audit
  *       hook (PySys_AddAuditHook) through which the end of any interpreter
- *       bumps this copy's cache epoch (one hook per shared object). A C audit hook is process-wide: every
- *       audited event of the process (open(), compile(), sys._getframe(),
- *       import, ...) then calls it (bench/ measures the cost), and the first
+ *       bumps this copy's cache epoch (one hook per copy: per shared object).
+ *       A C audit hook is process-wide: every audited event of the process
+ *       (open(), compile(), sys._getframe(), import, ...) then calls it
+ *       (bench/ measures the cost), and the first
  *       hook of a process also makes CPython build the event's arguments.
  *       Adding it raises "sys.addaudithook" and one "pyfini.audit_hook_probe"
  *       event per runtime initialization, which Python audit hooks see.
