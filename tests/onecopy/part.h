@@ -57,16 +57,25 @@ void *OC_API(state)(void);
 void *OC_API(state)(void) { return pyfini_state(&OC_MOD(def)); }
 
 /* 1 if a pyfini_state of the module's def from this file would hit the
-   table without a call: the pair's first entry holds it at the current
-   epoch (what pyfini__state_access compares) */
+   table: one of the pair's two entries (pyfini__hit_fill: the second when
+   the first holds another current pair, e.g. the main interpreter's for the
+   same def) holds it at the current epoch (what pyfini__state_access and
+   pyfini__state_miss compare) */
+static int oc_hit_entry(const pyfini__hit_entry *e, const pyfini_state_def *def,
+                        PyInterpreterState *interp)
+{
+    return e->def == def && e->interp == interp && e->epoch == PYFINI__COPY.epoch &&
+           e->data != NULL;
+}
+
 int OC_API(hit)(void);
 int OC_API(hit)(void)
 {
     const pyfini_state_def *def = &OC_MOD(def);
     PyInterpreterState *interp = PyThreadState_Get()->interp;
-    const pyfini__hit_entry *e = &PYFINI__COPY.hits[pyfini__hit_index(def, interp)];
-    return e->def == def && e->interp == interp && e->epoch == PYFINI__COPY.epoch &&
-           e->data != NULL;
+    unsigned i = pyfini__hit_index(def, interp);
+    return oc_hit_entry(&PYFINI__COPY.hits[i], def, interp) ||
+           oc_hit_entry(&PYFINI__COPY.hits[PYFINI__HIT_WAY2(i)], def, interp);
 }
 
 /* 1 if this thread's state cache, as this file sees it, holds the pair */
