@@ -132,7 +132,8 @@ static int audit_hook_cost(long n)
     }
     if (rc == 0) {
         printf("\nthe process-wide cost of one C audit hook (pyfini's on 3.11, 3.12, 3.13.0-3.13.1 "
-               "unless PYFINI_NO_AUDIT_HOOK; one per copy of the header), ns per call, best of 5:\n");
+               "unless PYFINI_NO_AUDIT_HOOK; one per copy, i.e. per shared object), ns per call, "
+               "best of 5:\n");
         printf("  %-28s %10s %14s %10s\n", "audited call", "no hook", "one C hook", "added");
         for (int k = 0; k < 2; k++) {
             printf("  %-28s %10.1f %14.1f %+10.1f\n", what[k], ns[k][0], ns[k][1],

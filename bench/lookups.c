@@ -57,7 +57,7 @@ const char *BENCH_CAT(LOOKUPS_FN, _guard)(void)
     if (pyfini__exit_hook_reliable()) {
         return "PyUnstable_AtExit: epoch only, no call";
     }
-    if (!__atomic_load_n(&pyfini__hits_need_id, __ATOMIC_SEQ_CST)) {
+    if (!__atomic_load_n(&PYFINI__COPY.hits_need_id, __ATOMIC_SEQ_CST)) {
         return "the C audit hook: epoch only, no call";
     }
     return "the interpreter-ID check: + a PyInterpreterState_GetID call";

@@ -35,19 +35,26 @@
  *       #include <Python.h>
  *       #include "pyfini.h"
  *
- *   By default every function is `static inline`: each translation unit gets
- *   its own private copy and nothing needs to be linked. Defining
- *   PYFINI_IMPLEMENTATION before the include is accepted and changes nothing
- *   (stb-style code keeps working). Several copies in one process - two
- *   extension modules that both vendor pyfini.h, possibly of different pyfini
- *   versions - share ONE registry per interpreter (one LIFO order per phase,
- *   one POST_SHUTDOWN hook) and ONE process-wide Py_AtExit slot: the registry
- *   is an ABI-versioned structure under the key PYFINI_REGISTRY_KEY in the
- *   interpreter state dict, and every copy calls the functions stored in it by
- *   the copy that made it. So a shared object holding a copy must stay loaded
- *   while an interpreter it used is alive (the registry holds its functions
- *   and the address of its state-cache epoch); CPython never unloads
- *   extension modules.
+ *   That is all, for one file or many: every file of a shared object (an
+ *   extension module of tens of .c/.cpp files) or executable may include it.
+ *   By default every function is `static inline` and nothing needs to be
+ *   linked. ONE COPY OF PYFINI IS ONE SHARED OBJECT: all files of one shared
+ *   object or executable share one per-thread state cache, one hit table,
+ *   one last error (pyfini_last_error) and, on CPython 3.11-3.13.1, one audit
+ *   hook - weak, hidden symbols with C linkage (section 3, "private per-copy
+ *   state"; GCC and Clang on ELF, e.g. Linux; elsewhere, macOS included,
+ *   each file is a copy of its own). Defining PYFINI_IMPLEMENTATION before
+ *   the include is accepted and changes nothing (stb-style code keeps
+ *   working). Several copies in one process - two extension modules that
+ *   both vendor pyfini.h, possibly of different pyfini versions - share ONE
+ *   registry per interpreter (one LIFO order per phase, one POST_SHUTDOWN
+ *   hook) and ONE process-wide Py_AtExit slot: the registry is an
+ *   ABI-versioned structure under the key PYFINI_REGISTRY_KEY in the
+ *   interpreter state dict, and every copy calls the functions stored in it
+ *   by the copy that made it. So a shared object holding a copy must stay
+ *   loaded while an interpreter it used is alive (the registry holds its
+ *   functions and the address of its state-cache epoch); CPython never
+ *   unloads extension modules.
  *
  * COMPILE-TIME OPTIONS (define before including)
  *   PYFINI_FUNC
@@ -68,9 +75,10 @@
  *   PYFINI_NO_AUDIT_HOOK
  *       on CPython 3.11, 3.12 and 3.13.0-3.13.1, do not add the C audit
  *       hook (PySys_AddAuditHook) through which the end of any interpreter
- *       bumps this copy's cache epoch. A C audit hook is process-wide: every
- *       audited event of the process (open(), compile(), sys._getframe(),
- *       import, ...) then calls it (bench/ measures the cost), and the first
+ *       bumps this copy's cache epoch (one hook per copy: per shared object).
+ *       A C audit hook is process-wide: every audited event of the process
+ *       (open(), compile(), sys._getframe(), import, ...) then calls it
+ *       (bench/ measures the cost), and the first
  *       hook of a process also makes CPython build the event's arguments.
  *       Adding it raises "sys.addaudithook" and one "pyfini.audit_hook_probe"
  *       event per runtime initialization, which Python audit hooks see.
@@ -79,7 +87,7 @@
  *       Py_Initialize a main interpreter that leaked both its registry and
  *       its builtins dict is not told apart. No effect on 3.13.2+/3.14+
  *       (PyUnstable_AtExit is used there). Define it alike in every file of
- *       one copy.
+ *       one copy (one shared object).
  *   PYFINI_TEST_FAULTS(site)
  *       TEST BUILDS ONLY (tests/test_faults.c walks it): an expression in
  *       front of every Python object creation and allocating CPython call
@@ -100,7 +108,11 @@
  *   time), a POSIX system with dladdr() (Linux, macOS).
  *
  * CHANGELOG (newest first)
- *   Unreleased  0.1.0  2026-12-03 the hit table: 128 entries, Fibonacci hashing
+ *   Unreleased  0.1.0  2026-12-07 one copy = one shared object: the per-copy
+ *                      state (hit table, per-thread cache, last error, audit
+ *                      hook) is shared by every file of a shared object (weak
+ *                      hidden symbols pyfini__copy_layout1/thread_layout1).
+ *                      2026-12-03 the hit table: 128 entries, Fibonacci hashing
  *                      of def and interpreter, a second entry per pair (hits that
  *                      always missed: an array of defs, two interpreters' defs).
  *                      2026-12-01 pyfini_state hit: a process-wide seqlock table,
@@ -318,8 +330,9 @@ PYFINI_FUNC int pyfini_current_phase(void);
 PYFINI_FUNC const char *pyfini_phase_name(int phase);
 
 /* A description of the last failure of a pyfini call made by this thread
-   through this copy of the header (static storage), or NULL if none failed
-   yet. No thread state needed. */
+   through this copy of pyfini (any file of this shared object, see USING
+   IT), or NULL if none failed yet. Valid until this thread's next pyfini
+   failure. No thread state needed. */
 PYFINI_FUNC const char *pyfini_last_error(void);
 
 /* ---- per-interpreter state ------------------------------------------------
@@ -559,17 +572,57 @@ typedef struct pyfini__state_rec {
 enum { PYFINI__STATE_INIT = 1, PYFINI__STATE_ALIVE = 2, PYFINI__STATE_CLEARING = 3,
        PYFINI__STATE_DEAD = 4 };
 
-/* -------- private per-copy state (static: one per translation unit) ------ */
+/* -------- private per-copy state: one per shared object (see USING IT) ---- */
+/* A copy of pyfini is one shared object (or executable): every translation
+   unit of it that includes this header uses the same two structures below,
+   pyfini__copy_layoutN (process-wide) and pyfini__thread_layoutN
+   (thread-local). They are WEAK, HIDDEN definitions with C linkage, one in
+   every unit: the static linker keeps one of them per shared object (C and
+   C++ units alike), and hidden visibility keeps them out of the dynamic
+   symbol table, so no other shared object can bind to them and each one
+   keeps its own. Why not stb's PYFINI_IMPLEMENTATION-in-one-file: the
+   header-only promise ("copy one file, include it") stays true for any
+   number of files, and no build can end up with none or two
+   implementations. The symbol names carry PYFINI__COPY_LAYOUT, so units of
+   two pyfini versions with different layouts linked into one shared object
+   keep separate structures instead of merging mismatched ones.
+   Other compilers and object formats (neither GCC nor Clang, or not ELF:
+   macOS's Mach-O, whose thread-local variables go through dyld and whose
+   weak thread-locals pyfini has not tested) get `static` structures: there
+   every translation unit is a copy of its own (its own hit table, cache,
+   last error and, on CPython 3.11-3.13.1, its own audit hook), which is
+   correct but slower and noisier. PYFINI__SHARED_STATE says which (1:
+   shared); the test-only PYFINI__PER_UNIT_STATE forces the fallback
+   (tests/compile_check.c builds both). */
+
+/* Bump whenever a field of pyfini__copy_state or pyfini__thread_state (or of
+   a structure inside them: pyfini__cache_slot, pyfini__hit_entry,
+   pyfini__hooked) is added, moved, removed or changes meaning, or one of
+   their sizes (PYFINI__ERROR_MAX, PYFINI__CACHE_SLOTS, PYFINI__HITS_BITS)
+   changes: it renames both symbols. */
+#define PYFINI__COPY_LAYOUT 1
+#define PYFINI__CAT2(a, b) a##b
+#define PYFINI__CAT(a, b) PYFINI__CAT2(a, b)
+#define PYFINI__COPY PYFINI__CAT(pyfini__copy_layout, PYFINI__COPY_LAYOUT)
+#define PYFINI__THREAD PYFINI__CAT(pyfini__thread_layout, PYFINI__COPY_LAYOUT)
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__ELF__) &&                          \
+    !defined(PYFINI__PER_UNIT_STATE)
+#  define PYFINI__SHARED_STATE 1
+/* __thread, not thread_local: in C++ it never asks for a TLS wrapper
+   function, so C and C++ units reach the same symbol the same way */
+#  define PYFINI__COPY_STORAGE __attribute__((weak, visibility("hidden")))
+#  define PYFINI__THREAD_STORAGE __attribute__((weak, visibility("hidden"))) __thread
+#else
+#  define PYFINI__SHARED_STATE 0
+#  define PYFINI__COPY_STORAGE PYFINI__UNUSED static
+#  define PYFINI__THREAD_STORAGE PYFINI__UNUSED static PYFINI_THREAD_LOCAL
+#endif
 
 #define PYFINI__ERROR_PREFIX "pyfini: "
 #define PYFINI__ERROR_MAX 256
-PYFINI__UNUSED static PYFINI_THREAD_LOCAL const char *pyfini__error_msg = NULL;
-PYFINI__UNUSED static PYFINI_THREAD_LOCAL char pyfini__error_buf[PYFINI__ERROR_MAX];
-/* 1 while this thread runs under a temporary thread state of the main
-   interpreter (see pyfini__in_main). */
-PYFINI__UNUSED static PYFINI_THREAD_LOCAL int pyfini__in_temporary_tstate = 0;
-/* The per-thread state cache of this copy, and its epoch: any copy that
-   frees states of an interpreter this copy cached bumps it (atomically). */
+/* The per-thread state cache of this copy; its epoch (in pyfini__copy_state):
+   any copy that frees states of an interpreter this copy cached bumps it
+   (atomically). */
 #define PYFINI__CACHE_SLOTS 8
 typedef struct pyfini__cache_slot {
     PyInterpreterState *interp;
@@ -581,9 +634,6 @@ typedef struct pyfini__cache_slot {
     void *data;
     int fillable;                        /* may go into the hit table (pyfini__state_slow) */
 } pyfini__cache_slot;
-PYFINI__UNUSED static PYFINI_THREAD_LOCAL pyfini__cache_slot pyfini__cache[PYFINI__CACHE_SLOTS];
-PYFINI__UNUSED static PYFINI_THREAD_LOCAL unsigned pyfini__cache_next = 0;
-PYFINI__UNUSED static uint64_t pyfini__epoch = 1;
 /* The process-wide hit table of this copy, in front of the per-thread
    cache: no thread-local access and no call on a hit. Two entries may hold
    (def, interpreter): the one its hash names, read inline by a hit, and
@@ -592,10 +642,10 @@ PYFINI__UNUSED static uint64_t pyfini__epoch = 1;
    under its own sequence lock (seq odd while a writer fills it; a writer
    that cannot take it skips the fill, and a later lookup that finds the
    pair in its thread's cache fills it then). Where the
-   end of the entry's interpreter bumps pyfini__epoch through a hook that
+   end of the entry's interpreter bumps PYFINI__COPY.epoch through a hook that
    CPython always runs (pyfini__end_hooked; on 3.11, 3.12, 3.13.0-3.13.1 the
    audit hook, pyfini__audit_hooked), a hit needs no interpreter ID;
-   elsewhere (pyfini__hits_need_id: the audit hook vetoed or left out, or
+   elsewhere (PYFINI__COPY.hits_need_id: the audit hook vetoed or left out, or
    between Py_FinalizeEx and the next fill) a hit also compares it, out of
    line. Fields are read and written with
    __atomic builtins. */
@@ -609,37 +659,63 @@ typedef struct pyfini__hit_entry {
     const char *name;                    /* def->name and def->size when filled */
     size_t size;
     void *data;
-    int64_t interp_id;                   /* checked where pyfini__hits_need_id */
+    int64_t interp_id;                   /* checked where PYFINI__COPY.hits_need_id */
 } pyfini__hit_entry;
-PYFINI__UNUSED static pyfini__hit_entry pyfini__hits[PYFINI__HITS];
-PYFINI__UNUSED static int pyfini__hits_need_id = 1;
 /* The interpreters whose exit hook this copy registered (one node each,
    freed by the hook), under a spin lock: own-GIL interpreters race. */
 typedef struct pyfini__hooked {
     PyInterpreterState *interp;
     struct pyfini__hooked *next;
 } pyfini__hooked;
-PYFINI__UNUSED static pyfini__hooked *pyfini__hooked_list = NULL;
-PYFINI__UNUSED static char pyfini__hooked_lock = 0;
-/* This copy's process-wide C audit hook (pyfini__audit_hooked), where no
-   reliable exit hook exists (3.11, 3.12, 3.13.0-3.13.1): 0 not added in
-   this runtime initialization, 2 being added, 1 added and seen working
-   (hits then skip the ID check), -1 refused (a hook vetoed
+/* audit_state: this copy's process-wide C audit hook (pyfini__audit_hooked),
+   where no reliable exit hook exists (3.11, 3.12, 3.13.0-3.13.1): 0 not
+   added in this runtime initialization, 2 being added, 1 added and seen
+   working (hits then skip the ID check), -1 refused (a hook vetoed
    "sys.addaudithook", or the probe never reached it: the ID check stays). */
 #define PYFINI__AUDIT_NONE 0
 #define PYFINI__AUDIT_ON 1
 #define PYFINI__AUDIT_ADDING 2
 #define PYFINI__AUDIT_REFUSED (-1)
-PYFINI__UNUSED static int pyfini__audit_state = PYFINI__AUDIT_NONE;
-PYFINI__UNUSED static int pyfini__audit_probe_seen = 0;
-/* this copy's pthread_atfork() handlers: 0 not yet, 2 being registered,
-   1 registered, -1 failed (pyfini__fork_safe) */
-PYFINI__UNUSED static int pyfini__atfork_state = 0;
 
-/* The root whose Py_AtExit slot this copy registered (at most one copy). */
-PYFINI__UNUSED static pyfini__root *pyfini__atexit_root = NULL;
-/* The root whose RUNTIME_SHUTDOWN callbacks this copy is running now. */
-PYFINI__UNUSED static pyfini__root *pyfini__running_root = NULL;
+/* One copy's process-wide state. epoch and hits_need_id start at 1 (the
+   initializer below), everything else at 0. */
+typedef struct pyfini__copy_state {
+    uint64_t epoch;                      /* the cache epoch (see pyfini__cache_slot) */
+    int hits_need_id;                    /* hits also compare the interpreter ID */
+    int audit_state;                     /* PYFINI__AUDIT_... */
+    int audit_probe_seen;
+    /* this copy's pthread_atfork() handlers: 0 not yet, 2 being registered,
+       1 registered, -1 failed (pyfini__fork_safe) */
+    int atfork_state;
+    char hooked_lock;
+    pyfini__hooked *hooked_list;
+    /* The root whose Py_AtExit slot this copy registered (at most one copy). */
+    pyfini__root *atexit_root;
+    /* The root whose RUNTIME_SHUTDOWN callbacks this copy is running now. */
+    pyfini__root *running_root;
+    pyfini__hit_entry hits[PYFINI__HITS];
+} pyfini__copy_state;
+
+/* One copy's thread-local state; all zero at a thread's start. */
+typedef struct pyfini__thread_state {
+    const char *error_msg;               /* pyfini_last_error() */
+    /* 1 while this thread runs under a temporary thread state of the main
+       interpreter (see pyfini__in_main). */
+    int in_temporary_tstate;
+    unsigned cache_next;
+    pyfini__cache_slot cache[PYFINI__CACHE_SLOTS];
+    char error_buf[PYFINI__ERROR_MAX];
+} pyfini__thread_state;
+
+#if defined(__GNUC__) || defined(__clang__)
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
+PYFINI__COPY_STORAGE pyfini__copy_state PYFINI__COPY = {1, 1};
+#if defined(__GNUC__) || defined(__clang__)
+#  pragma GCC diagnostic pop
+#endif
+PYFINI__THREAD_STORAGE pyfini__thread_state PYFINI__THREAD;
 
 /* ======================================================================== */
 /* 4. CPython compatibility: every version check of this file               */
@@ -836,10 +912,11 @@ static inline int pyfini__call_module(const char *module, const char *method, Py
    also raise it (unless an exception is already set). Returns -1. */
 static inline int pyfini__fail(PyObject *exc, const char *msg)
 {
-    snprintf(pyfini__error_buf, sizeof pyfini__error_buf, PYFINI__ERROR_PREFIX "%.240s", msg);
-    pyfini__error_msg = pyfini__error_buf;
+    char *buf = PYFINI__THREAD.error_buf;
+    snprintf(buf, PYFINI__ERROR_MAX, PYFINI__ERROR_PREFIX "%.240s", msg);
+    PYFINI__THREAD.error_msg = buf;
     if (exc != NULL && !PyErr_Occurred()) {
-        PyErr_SetString(exc, pyfini__error_buf);
+        PyErr_SetString(exc, buf);
     }
     return -1;
 }
@@ -871,13 +948,12 @@ static inline int pyfini__fail_from_exception(const char *what)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    int n = snprintf(pyfini__error_buf, sizeof pyfini__error_buf, PYFINI__ERROR_PREFIX "%s: ",
-                     what);
-    if (n >= 0 && (size_t)n < sizeof pyfini__error_buf) {
-        pyfini__exception_text(type, value, pyfini__error_buf + n,
-                               sizeof pyfini__error_buf - (size_t)n);
+    char *buf = PYFINI__THREAD.error_buf;
+    int n = snprintf(buf, PYFINI__ERROR_MAX, PYFINI__ERROR_PREFIX "%s: ", what);
+    if (n >= 0 && (size_t)n < PYFINI__ERROR_MAX) {
+        pyfini__exception_text(type, value, buf + n, PYFINI__ERROR_MAX - (size_t)n);
     }
-    pyfini__error_msg = pyfini__error_buf;
+    PYFINI__THREAD.error_msg = buf;
     PyErr_Restore(type, value, tb);
     return -1;
 }
@@ -1407,7 +1483,7 @@ static inline void pyfini__registry_arm(pyfini__registry *reg)
         reg->finder_armed = 1;
         pyfini__finder_set(reg, reg->builtins);
     }
-    if (!pyfini__in_temporary_tstate) {
+    if (!PYFINI__THREAD.in_temporary_tstate) {
         pyfini__install_markers(reg);
     }
 }
@@ -1452,7 +1528,7 @@ static inline pyfini__registry *pyfini__registry_in_state_dict(int create)
     pyfini__registry *reg = NULL;
     if (cap != NULL) {
         reg = pyfini__registry_check(cap, PYFINI_REGISTRY_KEY);
-        if (reg != NULL && !pyfini__in_temporary_tstate) {
+        if (reg != NULL && !PYFINI__THREAD.in_temporary_tstate) {
             pyfini__install_markers(reg);   /* retried until both are in */
         }
     } else if (PyErr_Occurred()) {
@@ -2182,13 +2258,13 @@ static void pyfini__registry_capsule_destructor(PyObject *capsule)
 /* The runner (the Py_AtExit callback). */
 PYFINI__UNUSED static void pyfini__runtime_run(void)
 {
-    pyfini__root *root = pyfini__atexit_root;
-    pyfini__atexit_root = NULL;
+    pyfini__root *root = PYFINI__COPY.atexit_root;
+    PYFINI__COPY.atexit_root = NULL;
     if (root == NULL) {
         return;
     }
     root->phase = PYFINI_RUNTIME_SHUTDOWN;
-    pyfini__running_root = root;
+    PYFINI__COPY.running_root = root;
     /* newest first; a callback may cancel others (they are unlinked and freed) */
     while (root->head != NULL) {
         pyfini__entry *e = root->head;
@@ -2199,7 +2275,7 @@ PYFINI__UNUSED static void pyfini__runtime_run(void)
         }
         PYFINI_FREE(e);
     }
-    pyfini__running_root = NULL;
+    PYFINI__COPY.running_root = NULL;
     PYFINI_FREE(root);
 }
 
@@ -2208,10 +2284,11 @@ PYFINI__UNUSED static void pyfini__runtime_run(void)
    (not inside this copy's runner). */
 static inline int pyfini__runtime_cancel_running(pyfini_callback func, void *arg)
 {
-    if (pyfini__running_root == NULL) {
+    pyfini__root *root = PYFINI__COPY.running_root;
+    if (root == NULL) {
         return -1;
     }
-    return pyfini__remove(&pyfini__running_root->head, &pyfini__running_root->count, func, arg);
+    return pyfini__remove(&root->head, &root->count, func, arg);
 }
 
 /* The process-wide list, with the main interpreter's GIL held; NULL with an
@@ -2260,7 +2337,7 @@ static inline int pyfini__root_add_locked(pyfini_callback func, void *arg)
                                                     "of the process are taken");
         }
         root->atexit_registered = 1;
-        pyfini__atexit_root = root;
+        PYFINI__COPY.atexit_root = root;
     }
     pyfini__push(&root->head, &root->count, e);
     return 0;
@@ -2302,15 +2379,15 @@ static inline int pyfini__in_main(pyfini__main_fn fn, pyfini_callback func, void
                                                "of the main interpreter");
     }
     PyEval_RestoreThread(ts);
-    pyfini__in_temporary_tstate = 1;
+    PYFINI__THREAD.in_temporary_tstate = 1;
     int rc = fn(func, arg);
-    pyfini__in_temporary_tstate = 0;
+    PYFINI__THREAD.in_temporary_tstate = 0;
     char msg[PYFINI__ERROR_MAX] = "";
     int nomem = 0;
     if (rc < 0 && PyErr_Occurred()) {
         nomem = PyErr_ExceptionMatches(PyExc_MemoryError);
         pyfini__fail_from_exception("in the main interpreter");
-        snprintf(msg, sizeof msg, "%s", pyfini__error_buf + strlen(PYFINI__ERROR_PREFIX));
+        snprintf(msg, sizeof msg, "%s", PYFINI__THREAD.error_buf + strlen(PYFINI__ERROR_PREFIX));
         PyErr_Clear();
     }
     PyThreadState_Clear(ts);
@@ -2636,13 +2713,13 @@ static inline int pyfini__def_check(const pyfini_state_def *def)
 
 static inline void pyfini__hooked_acquire(void)
 {
-    while (__atomic_test_and_set(&pyfini__hooked_lock, __ATOMIC_ACQUIRE)) {
+    while (__atomic_test_and_set(&PYFINI__COPY.hooked_lock, __ATOMIC_ACQUIRE)) {
     }
 }
 
 static inline void pyfini__hooked_release(void)
 {
-    __atomic_clear(&pyfini__hooked_lock, __ATOMIC_RELEASE);
+    __atomic_clear(&PYFINI__COPY.hooked_lock, __ATOMIC_RELEASE);
 }
 
 /* The exit hook (see pyfini__exit_hook_reliable): the interpreter ends, so
@@ -2650,9 +2727,9 @@ static inline void pyfini__hooked_release(void)
 static void pyfini__end_hook(void *data)
 {
     pyfini__hooked *node = PYFINI_CAST(pyfini__hooked *, data);
-    __atomic_add_fetch(&pyfini__epoch, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&PYFINI__COPY.epoch, 1, __ATOMIC_SEQ_CST);
     pyfini__hooked_acquire();
-    for (pyfini__hooked **p = &pyfini__hooked_list; *p != NULL; p = &(*p)->next) {
+    for (pyfini__hooked **p = &PYFINI__COPY.hooked_list; *p != NULL; p = &(*p)->next) {
         if (*p == node) {
             *p = node->next;
             break;
@@ -2662,7 +2739,7 @@ static void pyfini__end_hook(void *data)
     PYFINI_FREE(node);
 }
 
-/* 1 if the end of interp (the current interpreter) bumps pyfini__epoch
+/* 1 if the end of interp (the current interpreter) bumps PYFINI__COPY.epoch
    through this copy's exit hook, registering it if needed; 0 if it cannot
    (no reliable hook on this CPython, out of memory, or too late: once
    finalize_modules() began, _PyAtExit_Fini() may already have run). The
@@ -2677,10 +2754,10 @@ static inline int pyfini__end_hooked(PyInterpreterState *interp)
     }
     /* this CPython's exit hook is reliable: no hit needs the ID (never
        set back: on this runtime every entry is filled under a hook) */
-    __atomic_store_n(&pyfini__hits_need_id, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&PYFINI__COPY.hits_need_id, 0, __ATOMIC_RELAXED);
     int hooked = 0;
     pyfini__hooked_acquire();
-    for (pyfini__hooked *n = pyfini__hooked_list; n != NULL && !hooked; n = n->next) {
+    for (pyfini__hooked *n = PYFINI__COPY.hooked_list; n != NULL && !hooked; n = n->next) {
         hooked = n->interp == interp;   /* a node lives exactly as long as its interpreter */
     }
     pyfini__hooked_release();
@@ -2698,8 +2775,8 @@ static inline int pyfini__end_hooked(PyInterpreterState *interp)
         return 0;
     }
     pyfini__hooked_acquire();
-    node->next = pyfini__hooked_list;
-    pyfini__hooked_list = node;
+    node->next = PYFINI__COPY.hooked_list;
+    PYFINI__COPY.hooked_list = node;
     pyfini__hooked_release();
     return 1;
 }
@@ -2731,19 +2808,19 @@ static int pyfini__audit_hook(const char *event, PyObject *args, void *data)
                    C hook that fails on "cpython._PySys_ClearAuditHooks"
                    would hide that event from it: hits check the ID from
                    here until the next fill after Py_Initialize adds it again */
-                __atomic_store_n(&pyfini__hits_need_id, 1, __ATOMIC_SEQ_CST);
-                __atomic_store_n(&pyfini__audit_state, PYFINI__AUDIT_NONE, __ATOMIC_RELEASE);
+                __atomic_store_n(&PYFINI__COPY.hits_need_id, 1, __ATOMIC_SEQ_CST);
+                __atomic_store_n(&PYFINI__COPY.audit_state, PYFINI__AUDIT_NONE, __ATOMIC_RELEASE);
             }
-            __atomic_add_fetch(&pyfini__epoch, 1, __ATOMIC_SEQ_CST);
+            __atomic_add_fetch(&PYFINI__COPY.epoch, 1, __ATOMIC_SEQ_CST);
         } else if (strcmp(event + 8, "_PySys_ClearAuditHooks") == 0) {
             /* this hook is removed next: hits check the ID again until the
                next fill after Py_Initialize adds it again */
-            __atomic_store_n(&pyfini__hits_need_id, 1, __ATOMIC_SEQ_CST);
-            __atomic_add_fetch(&pyfini__epoch, 1, __ATOMIC_SEQ_CST);
-            __atomic_store_n(&pyfini__audit_state, PYFINI__AUDIT_NONE, __ATOMIC_RELEASE);
+            __atomic_store_n(&PYFINI__COPY.hits_need_id, 1, __ATOMIC_SEQ_CST);
+            __atomic_add_fetch(&PYFINI__COPY.epoch, 1, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&PYFINI__COPY.audit_state, PYFINI__AUDIT_NONE, __ATOMIC_RELEASE);
         }
     } else if (event[0] == 'p' && strcmp(event, PYFINI__AUDIT_PROBE) == 0) {
-        __atomic_store_n(&pyfini__audit_probe_seen, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&PYFINI__COPY.audit_probe_seen, 1, __ATOMIC_RELAXED);
     }
     return 0;
 }
@@ -2756,31 +2833,31 @@ static int pyfini__audit_hook(const char *event, PyObject *args, void *data)
    (PySys_Audit) - any copy's probe proves this copy's hook is in the list.
    Once it counts, the epoch is bumped first (entries filled while no hook
    watched, e.g. by another thread meanwhile, miss), then hits skip the ID
-   check (release: a hit reads pyfini__hits_need_id before the epoch). A
+   check (release: a hit reads PYFINI__COPY.hits_need_id before the epoch). A
    refusal is final: the ID check stays. With PYFINI_NO_AUDIT_HOOK: 0. */
 static inline int pyfini__audit_hooked(void)
 {
 #ifdef PYFINI_NO_AUDIT_HOOK
     return 0;
 #else
-    int s = __atomic_load_n(&pyfini__audit_state, __ATOMIC_ACQUIRE);
+    int s = __atomic_load_n(&PYFINI__COPY.audit_state, __ATOMIC_ACQUIRE);
     if (s != PYFINI__AUDIT_NONE ||
-        !__atomic_compare_exchange_n(&pyfini__audit_state, &s, PYFINI__AUDIT_ADDING, 0,
+        !__atomic_compare_exchange_n(&PYFINI__COPY.audit_state, &s, PYFINI__AUDIT_ADDING, 0,
                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         return s == PYFINI__AUDIT_ON;
     }
-    __atomic_store_n(&pyfini__audit_probe_seen, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&PYFINI__COPY.audit_probe_seen, 0, __ATOMIC_RELAXED);
     /* Python audit hooks run in both calls and may release the GIL */
     if (PySys_AddAuditHook(pyfini__audit_hook, NULL) == 0) {
         (void)PySys_Audit(PYFINI__AUDIT_PROBE, NULL);
     }
     PyErr_Clear();
-    int on = __atomic_load_n(&pyfini__audit_probe_seen, __ATOMIC_RELAXED);
+    int on = __atomic_load_n(&PYFINI__COPY.audit_probe_seen, __ATOMIC_RELAXED);
     if (on) {
-        __atomic_add_fetch(&pyfini__epoch, 1, __ATOMIC_SEQ_CST);
-        __atomic_store_n(&pyfini__hits_need_id, 0, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&PYFINI__COPY.epoch, 1, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&PYFINI__COPY.hits_need_id, 0, __ATOMIC_RELEASE);
     }
-    __atomic_store_n(&pyfini__audit_state, on ? PYFINI__AUDIT_ON : PYFINI__AUDIT_REFUSED,
+    __atomic_store_n(&PYFINI__COPY.audit_state, on ? PYFINI__AUDIT_ON : PYFINI__AUDIT_REFUSED,
                      __ATOMIC_RELEASE);
     return on;
 #endif
@@ -2808,7 +2885,7 @@ static inline int pyfini__hit_guarded(PyInterpreterState *interp)
 
 /* ---- fork ------------------------------------------------------------------ */
 
-/* A child forked while another thread held pyfini__hooked_lock would spin
+/* A child forked while another thread held PYFINI__COPY.hooked_lock would spin
    forever when an interpreter's exit hook runs in it (PyOS_AfterFork_Child()
    -> _PyInterpreterState_DeleteExceptMain() -> PyInterpreterState_Clear()
    runs every sub-interpreter's PyUnstable_AtExit callbacks), and an entry a
@@ -2831,7 +2908,7 @@ static void pyfini__fork_parent(void)
 static void pyfini__fork_child(void)
 {
     for (unsigned i = 0; i < PYFINI__HITS; i++) {
-        pyfini__hit_entry *e = &pyfini__hits[i];
+        pyfini__hit_entry *e = &PYFINI__COPY.hits[i];
         uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
         if ((seq & 1) != 0) {
             PyInterpreterState *no_interp = NULL;
@@ -2841,10 +2918,10 @@ static void pyfini__fork_child(void)
             __atomic_store_n(&e->seq, seq + 1, __ATOMIC_RELEASE);
         }
     }
-    if (__atomic_load_n(&pyfini__audit_state, __ATOMIC_RELAXED) == PYFINI__AUDIT_ADDING) {
+    if (__atomic_load_n(&PYFINI__COPY.audit_state, __ATOMIC_RELAXED) == PYFINI__AUDIT_ADDING) {
         /* the adding thread is gone: the next fill tries again (a second
            hook of this copy only costs its call) */
-        __atomic_store_n(&pyfini__audit_state, PYFINI__AUDIT_NONE, __ATOMIC_RELAXED);
+        __atomic_store_n(&PYFINI__COPY.audit_state, PYFINI__AUDIT_NONE, __ATOMIC_RELAXED);
     }
     pyfini__hooked_release();
 }
@@ -2855,13 +2932,13 @@ static void pyfini__fork_child(void)
    cache). Never blocks. */
 static inline int pyfini__fork_safe(void)
 {
-    int s = __atomic_load_n(&pyfini__atfork_state, __ATOMIC_ACQUIRE);
+    int s = __atomic_load_n(&PYFINI__COPY.atfork_state, __ATOMIC_ACQUIRE);
     if (s == 0) {
-        if (__atomic_compare_exchange_n(&pyfini__atfork_state, &s, 2, 0, __ATOMIC_ACQ_REL,
+        if (__atomic_compare_exchange_n(&PYFINI__COPY.atfork_state, &s, 2, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
             s = pthread_atfork(pyfini__fork_prepare, pyfini__fork_parent, pyfini__fork_child) == 0
                     ? 1 : -1;
-            __atomic_store_n(&pyfini__atfork_state, s, __ATOMIC_RELEASE);
+            __atomic_store_n(&PYFINI__COPY.atfork_state, s, __ATOMIC_RELEASE);
         }
     }
     return s == 1;
@@ -2903,16 +2980,16 @@ static inline int pyfini__hit_free(const pyfini__hit_entry *e, const pyfini_stat
    entries that holds no current pair, else, with evict, the second (the
    first stays with whoever came first; a third pair on both takes turns
    in the second), else nothing. Skipped if another thread is filling it.
-   `epoch`: pyfini__epoch read before data was found; interp_id:
+   `epoch`: PYFINI__COPY.epoch read before data was found; interp_id:
    PyInterpreterState_GetID(interp). */
 static inline void pyfini__hit_fill(const pyfini_state_def *def, PyInterpreterState *interp,
                                     uint64_t epoch, void *data, int64_t interp_id, int evict)
 {
     unsigned i = pyfini__hit_index(def, interp);
-    uint64_t now = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
-    pyfini__hit_entry *e = &pyfini__hits[i];
+    uint64_t now = __atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_ACQUIRE);
+    pyfini__hit_entry *e = &PYFINI__COPY.hits[i];
     if (!pyfini__hit_free(e, def, interp, now)) {
-        e = &pyfini__hits[PYFINI__HIT_WAY2(i)];
+        e = &PYFINI__COPY.hits[PYFINI__HIT_WAY2(i)];
         if (!evict && !pyfini__hit_free(e, def, interp, now)) {
             return;
         }
@@ -2934,17 +3011,17 @@ static inline void pyfini__hit_fill(const pyfini_state_def *def, PyInterpreterSt
 }
 
 /* The seqlock reader of entry e for (def, interp) at the current epoch
-   (the interpreter ID too where pyfini__hits_need_id): 1 and *data, or 0.
+   (the interpreter ID too where PYFINI__COPY.hits_need_id): 1 and *data, or 0.
    The hit in pyfini__state_access is this, inline, for the first entry. */
 static inline int pyfini__hit_probe(const pyfini__hit_entry *e, const pyfini_state_def *def,
                                     PyInterpreterState *interp, void **data)
 {
     uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
-    int need_id = __atomic_load_n(&pyfini__hits_need_id, __ATOMIC_ACQUIRE);
+    int need_id = __atomic_load_n(&PYFINI__COPY.hits_need_id, __ATOMIC_ACQUIRE);
     if ((seq & 1) != 0 || __atomic_load_n(&e->def, __ATOMIC_RELAXED) != def ||
         __atomic_load_n(&e->interp, __ATOMIC_RELAXED) != interp ||
         __atomic_load_n(&e->epoch, __ATOMIC_RELAXED) !=
-            __atomic_load_n(&pyfini__epoch, __ATOMIC_RELAXED) ||
+            __atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_RELAXED) ||
         __atomic_load_n(&e->name, __ATOMIC_RELAXED) != def->name ||
         __atomic_load_n(&e->size, __ATOMIC_RELAXED) != def->size) {
         return 0;
@@ -2980,18 +3057,18 @@ static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
         return NULL;
     }
     int cacheable = 0;
-    void *data = reg->state_get(reg, def, mode, &pyfini__epoch, &cacheable);
+    void *data = reg->state_get(reg, def, mode, &PYFINI__COPY.epoch, &cacheable);
     if (data != NULL && cacheable) {
         /* one slot per (def, interpreter): a stale one (another interpreter
            ID) is replaced, else the oldest */
         pyfini__cache_slot *c = NULL;
         for (unsigned i = 0; i < PYFINI__CACHE_SLOTS && c == NULL; i++) {
-            if (pyfini__cache[i].def == def && pyfini__cache[i].interp == interp) {
-                c = &pyfini__cache[i];
+            if (PYFINI__THREAD.cache[i].def == def && PYFINI__THREAD.cache[i].interp == interp) {
+                c = &PYFINI__THREAD.cache[i];
             }
         }
         if (c == NULL) {
-            c = &pyfini__cache[pyfini__cache_next++ % PYFINI__CACHE_SLOTS];
+            c = &PYFINI__THREAD.cache[PYFINI__THREAD.cache_next++ % PYFINI__CACHE_SLOTS];
         }
         c->interp = interp;
         c->interp_id = PyInterpreterState_GetID(interp);
@@ -3001,7 +3078,7 @@ static inline void *pyfini__state_slow(const pyfini_state_def *def, int mode,
         c->size = def->size;
         c->data = data;
         /* only where the interpreter's end bumps the epoch (exit hook or
-           audit hook) or hits check the ID (pyfini__hits_need_id); the slot
+           audit hook) or hits check the ID (PYFINI__COPY.hits_need_id); the slot
            remembers it, so that a lookup that finds the pair in it while
            the epoch stays the same may fill the table later (the pair's
            entries were taken, or a fill was skipped) */
@@ -3025,13 +3102,13 @@ static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, in
         pyfini__fail(NULL, PYFINI__NO_TSTATE);
         return NULL;
     }
-    uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
+    uint64_t epoch = __atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_ACQUIRE);
     PyInterpreterState *interp = ts->interp;
     if (def != NULL) {
         /* the pair's second entry in the hit table */
         void *hit;
-        if (pyfini__hit_probe(&pyfini__hits[PYFINI__HIT_WAY2(pyfini__hit_index(def, interp))], def,
-                              interp, &hit)) {
+        unsigned way2 = PYFINI__HIT_WAY2(pyfini__hit_index(def, interp));
+        if (pyfini__hit_probe(&PYFINI__COPY.hits[way2], def, interp, &hit)) {
             return hit;
         }
         /* A new interpreter at an ended one's address never hits here: its
@@ -3042,7 +3119,7 @@ static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, in
            alive) is covered by the ID within one initialization, and across
            Py_FinalizeEx + Py_Initialize by the epoch bump when its builtins
            dict is deallocated (pyfini__finder_destructor). */
-        const pyfini__cache_slot *cache = pyfini__cache;
+        const pyfini__cache_slot *cache = PYFINI__THREAD.cache;
         for (unsigned i = 0; i < PYFINI__CACHE_SLOTS; i++) {
             const pyfini__cache_slot *c = &cache[i];
             if (c->def == def && c->interp == interp && c->epoch == epoch &&
@@ -3076,7 +3153,7 @@ static PYFINI__NOINLINE void *pyfini__state_miss(const pyfini_state_def *def, in
     return data;
 }
 
-/* A hit where the exit hook cannot be relied on (pyfini__hits_need_id):
+/* A hit where the exit hook cannot be relied on (PYFINI__COPY.hits_need_id):
    also the interpreter ID, which is never reused within one initialization
    (across Py_FinalizeEx + Py_Initialize the epoch covers it, see
    pyfini__state_miss). Out of line: the hit itself spills nothing. */
@@ -3107,16 +3184,16 @@ static PYFINI__ALWAYS_INLINE void *pyfini__state_access(const pyfini_state_def *
     PyThreadState *ts = pyfini__tstate();
     if (ts != NULL) {
         PyInterpreterState *interp = ts->interp;
-        const pyfini__hit_entry *e = &pyfini__hits[pyfini__hit_index(def, interp)];
+        const pyfini__hit_entry *e = &PYFINI__COPY.hits[pyfini__hit_index(def, interp)];
         /* seqlock reader: a compare that fails on a torn read only misses;
            one that passes is confirmed by the second read of seq */
         uint64_t seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
         /* before the epoch: pyfini__audit_hooked bumps it, then clears this */
-        int need_id = __atomic_load_n(&pyfini__hits_need_id, __ATOMIC_ACQUIRE);
+        int need_id = __atomic_load_n(&PYFINI__COPY.hits_need_id, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&e->def, __ATOMIC_RELAXED) == def &&
             __atomic_load_n(&e->interp, __ATOMIC_RELAXED) == interp &&
             __atomic_load_n(&e->epoch, __ATOMIC_RELAXED) ==
-                __atomic_load_n(&pyfini__epoch, __ATOMIC_RELAXED) &&
+                __atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_RELAXED) &&
             __atomic_load_n(&e->name, __ATOMIC_RELAXED) == def->name &&
             __atomic_load_n(&e->size, __ATOMIC_RELAXED) == def->size) {
             void *data = __atomic_load_n(&e->data, __ATOMIC_RELAXED);
@@ -3146,7 +3223,7 @@ static inline void pyfini__registry_set_ops(pyfini__registry *reg)
 /* 14. Public definitions                                                   */
 /* ======================================================================== */
 
-PYFINI_FUNC const char *pyfini_last_error(void) { return pyfini__error_msg; }
+PYFINI_FUNC const char *pyfini_last_error(void) { return PYFINI__THREAD.error_msg; }
 
 PYFINI_FUNC const char *pyfini_phase_name(int phase)
 {
@@ -3256,7 +3333,7 @@ PYFINI_FUNC int pyfini_atexit(pyfini_callback func, void *arg, pyfini_phase phas
 PYFINI_FUNC int pyfini_atexit_cancel(pyfini_callback func, void *arg, pyfini_phase phase)
 {
     PyThreadState *ts;
-    if (phase == PYFINI_RUNTIME_SHUTDOWN && pyfini__running_root != NULL && func != NULL &&
+    if (phase == PYFINI_RUNTIME_SHUTDOWN && PYFINI__COPY.running_root != NULL && func != NULL &&
         pyfini__tstate() == NULL) {
         /* from a RUNTIME_SHUTDOWN callback run by this copy: no C API needed */
         return pyfini__runtime_cancel_running(func, arg);

@@ -5,6 +5,13 @@
 #include <Python.h>
 #include "pyfini.h"
 
+/* The per-copy state's storage (pyfini.h, section 3): shared by every file
+   of one shared object with GCC/Clang on ELF, one per file where the
+   fallback is forced (PYFINI__PER_UNIT_STATE, test builds only). */
+#if defined(PYFINI__PER_UNIT_STATE) == PYFINI__SHARED_STATE
+#  error "PYFINI__SHARED_STATE does not match PYFINI__PER_UNIT_STATE"
+#endif
+
 static int cb(void *arg) { return arg != NULL; }
 
 static void mark(void *state) { (void)state; }

@@ -461,7 +461,7 @@ START_TEST(test_state_hit_table_array_of_defs)
         ck_assert_uint_lt(idx, PYFINI__HITS);
         ck_assert_msg(!used[idx], "defs %d and an earlier one share entry %u", i, idx);
         used[idx] = 1;
-        const pyfini__hit_entry *e = &pyfini__hits[idx];
+        const pyfini__hit_entry *e = &PYFINI__COPY.hits[idx];
         ck_assert_msg(e->def == &array_defs[i] && e->interp == interp && e->data == data[i],
                       "def %d of 9 is not in the hit table (entry %u)", i, idx);
     }
@@ -485,8 +485,8 @@ static char way_names[WAY_DEFS][32];
 static int hit_entry_of(const pyfini_state_def *def, PyInterpreterState *interp)
 {
     for (int i = 0; i < PYFINI__HITS; i++) {
-        const pyfini__hit_entry *e = &pyfini__hits[i];
-        if (e->def == def && e->interp == interp && e->epoch == pyfini__epoch) {
+        const pyfini__hit_entry *e = &PYFINI__COPY.hits[i];
+        if (e->def == def && e->interp == interp && e->epoch == PYFINI__COPY.epoch) {
             return i;
         }
     }
@@ -561,7 +561,7 @@ START_TEST(test_state_hit_table_two_entries)
     ck_assert_int_eq(hit_entry_of(b, interp), -1);
     /* c's entry lost (emptied as pyfini__fork_child empties one): b's next
        lookup, a cache hit, fills it */
-    pyfini__hit_entry *e = &pyfini__hits[second];
+    pyfini__hit_entry *e = &PYFINI__COPY.hits[second];
     __atomic_add_fetch(&e->seq, 1, __ATOMIC_ACQ_REL);
     e->def = NULL;
     e->interp = NULL;
@@ -597,8 +597,8 @@ static const char veto_audit_hooks[] =
 static void expect_hit_guard(const char *test, int vetoed)
 {
     int reliable = pyfini__exit_hook_reliable();
-    int audit = __atomic_load_n(&pyfini__audit_state, __ATOMIC_SEQ_CST);
-    int need_id = __atomic_load_n(&pyfini__hits_need_id, __ATOMIC_SEQ_CST);
+    int audit = __atomic_load_n(&PYFINI__COPY.audit_state, __ATOMIC_SEQ_CST);
+    int need_id = __atomic_load_n(&PYFINI__COPY.hits_need_id, __ATOMIC_SEQ_CST);
     printf("NOTE %s on CPython %s: hits guarded by %s\n", test, PY_VERSION,
            reliable ? "PyUnstable_AtExit (epoch only)"
                     : audit == PYFINI__AUDIT_ON ? "the audit hook (epoch only)"
@@ -716,8 +716,8 @@ START_TEST(test_state_cache_reinit_hidden_audit_clear)
     expect_hit_guard("test_state_cache_reinit_hidden_audit_clear", 0);
     ck_assert_int_eq(Py_FinalizeEx(), 0);
     if (!pyfini__exit_hook_reliable()) {
-        ck_assert_int_eq(pyfini__audit_state, PYFINI__AUDIT_NONE);   /* not trusted any more */
-        ck_assert_int_eq(pyfini__hits_need_id, 1);
+        ck_assert_int_eq(PYFINI__COPY.audit_state, PYFINI__AUDIT_NONE);   /* not trusted any more */
+        ck_assert_int_eq(PYFINI__COPY.hits_need_id, 1);
     }
     /* the next initialization: added again, and no stale hit */
     ended_interp_never_hits("test_state_cache_reinit_hidden_audit_clear", 1, 0);
@@ -769,10 +769,10 @@ START_TEST(test_state_cache_vetoed_second_entry)
         ck_assert_int_eq(hit_entry_of(three[1], in), (int)PYFINI__HIT_WAY2(first));
         ck_assert_ptr_eq(pyfini_state(three[1]), b);   /* a hit in the second entry */
         leak_registry(in, 1);
-        uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_SEQ_CST);
+        uint64_t epoch = __atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_SEQ_CST);
         Py_EndInterpreter(sub);
         PyThreadState_Swap(main_ts);
-        int bumped = __atomic_load_n(&pyfini__epoch, __ATOMIC_SEQ_CST) != epoch;
+        int bumped = __atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_SEQ_CST) != epoch;
         ck_assert_int_eq(bumped, pyfini__exit_hook_reliable());   /* nothing else bumps it */
         PyThreadState *next = new_sub(SUB_LEGACY);
         int same = PyThreadState_GetInterpreter(next) == in;
@@ -839,7 +839,7 @@ START_TEST(test_pin_PyInterpreterState_Clear_audit_event_whatever_leaked)
         ck_assert_ptr_nonnull(cap);
         Py_INCREF(cap);
         Py_INCREF(PyEval_GetBuiltins());
-        uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_SEQ_CST);
+        uint64_t epoch = __atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_SEQ_CST);
         Py_EndInterpreter(sub);
         PyThreadState_Swap(main_ts);
         ended++;
@@ -847,7 +847,7 @@ START_TEST(test_pin_PyInterpreterState_Clear_audit_event_whatever_leaked)
         ck_assert_ptr_eq(audit_cleared_interp, in);
         ck_assert_int_eq(audit_hooks_cleared, 0);
         /* no POST_SHUTDOWN, no finder: only the hook bumped it */
-        ck_assert_uint_gt(__atomic_load_n(&pyfini__epoch, __ATOMIC_SEQ_CST), epoch);
+        ck_assert_uint_gt(__atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_SEQ_CST), epoch);
     }
     int reliable = pyfini__exit_hook_reliable();
     ck_assert_int_eq(Py_FinalizeEx(), 0);
@@ -859,8 +859,8 @@ START_TEST(test_pin_PyInterpreterState_Clear_audit_event_whatever_leaked)
     ck_assert_int_eq(audit_order_ok, 1);   /* the main interpreter's clear came first */
     if (!reliable) {
         /* pyfini's hook saw it too: the next fill adds it again */
-        ck_assert_int_eq(pyfini__audit_state, PYFINI__AUDIT_NONE);
-        ck_assert_int_eq(pyfini__hits_need_id, 1);
+        ck_assert_int_eq(PYFINI__COPY.audit_state, PYFINI__AUDIT_NONE);
+        ck_assert_int_eq(PYFINI__COPY.hits_need_id, 1);
     }
 }
 END_TEST
@@ -980,7 +980,7 @@ static void *fork_writer(void *arg)
     (void)arg;
     pyfini__hooked_acquire();
     for (unsigned i = 0; i < PYFINI__HITS; i++) {
-        __atomic_add_fetch(&pyfini__hits[i].seq, 1, __ATOMIC_ACQ_REL);   /* odd: mid-fill */
+        __atomic_add_fetch(&PYFINI__COPY.hits[i].seq, 1, __ATOMIC_ACQ_REL);   /* odd: mid-fill */
     }
     __atomic_store_n(&fork_holder_ready, 1, __ATOMIC_RELEASE);
     struct timespec pause = {0, 200 * 1000 * 1000};
@@ -990,7 +990,7 @@ static void *fork_writer(void *arg)
         sched_yield();
     }
     for (unsigned i = 0; i < PYFINI__HITS; i++) {
-        __atomic_add_fetch(&pyfini__hits[i].seq, 1, __ATOMIC_ACQ_REL);
+        __atomic_add_fetch(&PYFINI__COPY.hits[i].seq, 1, __ATOMIC_ACQ_REL);
     }
     return NULL;
 }
@@ -1011,7 +1011,7 @@ static int fork_child(void)
     pyfini__hooked_acquire();   /* free in the child */
     pyfini__hooked_release();
     for (unsigned i = 0; i < PYFINI__HITS; i++) {
-        if ((__atomic_load_n(&pyfini__hits[i].seq, __ATOMIC_ACQUIRE) & 1) != 0) {
+        if ((__atomic_load_n(&PYFINI__COPY.hits[i].seq, __ATOMIC_ACQUIRE) & 1) != 0) {
             return 3;   /* an entry left mid-fill */
         }
     }
@@ -1021,13 +1021,13 @@ static int fork_child(void)
     /* an interpreter that ends in the child: its exit hook takes the lock */
     PyThreadState *main_ts = PyThreadState_Get();
     PyThreadState *sub = Py_NewInterpreter();
-    uint64_t epoch = __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE);
+    uint64_t epoch = __atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_ACQUIRE);
     if (sub == NULL || pyfini_state(&fork_def) == NULL) {
         return 6;
     }
     Py_EndInterpreter(sub);
     PyThreadState_Swap(main_ts);
-    if (pyfini__exit_hook_reliable() && __atomic_load_n(&pyfini__epoch, __ATOMIC_ACQUIRE) == epoch) {
+    if (pyfini__exit_hook_reliable() && __atomic_load_n(&PYFINI__COPY.epoch, __ATOMIC_ACQUIRE) == epoch) {
         return 7;   /* the exit hook did not run */
     }
     return 0;
@@ -1143,8 +1143,8 @@ START_TEST(test_state_cache_reinit_leaking_builtins)
     Py_INCREF(PyEval_GetBuiltins());
     Py_FinalizeEx();
     if (!pyfini__exit_hook_reliable()) {
-        ck_assert_int_eq(pyfini__audit_state, PYFINI__AUDIT_NONE);   /* removed */
-        ck_assert_int_eq(pyfini__hits_need_id, 1);
+        ck_assert_int_eq(PYFINI__COPY.audit_state, PYFINI__AUDIT_NONE);   /* removed */
+        ck_assert_int_eq(PYFINI__COPY.hits_need_id, 1);
     }
     harness_init();
     lib_state *n = (lib_state *)pyfini_state(&lib_def);

@@ -1,0 +1,3 @@
+/* tests/onecopy/part1.c - file 1 of a test module (see part.h) */
+#define PART 1
+#include "part.h"

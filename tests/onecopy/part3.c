@@ -1,0 +1,3 @@
+/* tests/onecopy/part3.c - file 3 of a test module (see part.h) */
+#define PART 3
+#include "part.h"
