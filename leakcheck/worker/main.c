@@ -289,6 +289,7 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     if (pass == 2) wk_heap_lines_detach();
     int64_t obm = where_obm ? lc_alloc_obm_end() : -1;
     PyThreadState_Swap(main_tstate);
+    if (!pass) wk_settle_shared();
     wk_fds_check();
     wk_children_collect(seq);
     /* in an interpreter that is not legacy, a failure may be its refusal */
