@@ -22,7 +22,7 @@ enum scan_severity { SEV_OK, SEV_REFUSES, SEV_NOT_JUDGED, SEV_LEAK, SEV_ERROR, S
 
 typedef struct scan_cell {
     int ran;
-    int judged;          /* ok: a bytes meter judged "no leak" */
+    int judged;          /* ok: every meter that sees the subject judged "no leak" */
     enum scan_severity severity;
     char status[48];
     char message[600];
