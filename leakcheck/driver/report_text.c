@@ -342,12 +342,19 @@ static void print_overruled(FILE *f, const analysis *a)
         fprintf(f, "(malloc grew in every chunk, but the exact heap meters count every block of malloc & co: "
                    "glibc's own bookkeeping, judged inconclusive)\n");
     if (!a->noise_overruled) return;
-    fprintf(f, "(judged inconclusive, not LEAK:");
-    const char *sep = " ";
-    for (size_t i = 0; i < LC_NMETERS; i++)
-        if (a->m[i].overruled == LC_OVERRULE_NOISE) fprintf(f, "%s%s", sep, a->m[i].def->name), sep = ", ";
-    fprintf(f, " - not every block pair grew, or the meter's own level did not grow in every chunk, and no\n"
-               " count of blocks grew with it: a table that grows in some cycles and shrinks in others)\n");
+    for (int exact = 1; exact >= 0; exact--) {
+        const char *sep = " ";
+        for (size_t i = 0; i < LC_NMETERS; i++)
+            if (a->m[i].overruled == LC_OVERRULE_NOISE && a->m[i].def->exact == exact)
+                fprintf(f, "%s%s", *sep == ' ' ? "(judged inconclusive, not LEAK: " : sep, a->m[i].def->name), sep = ", ";
+        if (*sep == ' ') continue;
+        if (exact)
+            fprintf(f, " - not every block pair grew, or the meter's own level did not grow in every chunk, and no\n"
+                       " count of blocks grew with it: a table that grows in some cycles and shrinks in others)\n");
+        else
+            fprintf(f, " - it grew, but no count of blocks grew with it: pages the allocators hold for freed\n"
+                       " blocks (fragmentation), or memory no allocator saw; not \"no leak\" either)\n");
+    }
 }
 
 static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paired)

@@ -1344,10 +1344,23 @@ START_TEST(test_verdict_rule)
     expect_run(&r, "fd", "LEAK", 1);
     expect_meter(&r, "fd", "fds", "LEAK");
     free_result(&r);
-    /* clean, allocating and freeing a lot: every meter that sees it says no leak */
+    /* clean, allocating and freeing a lot: every meter that sees its
+       allocations says no leak.  Where the bare cycle itself loses objects
+       (3.12, 3.13.0: CPython's per-cycle loss) those pin the pages the
+       subject's freed blocks leave: rss grows in its cycles (3.13.0: +455 kB
+       against +2.5 kB) with no block count behind it - not LEAK, not "no
+       leak" either: only rss (or malloc) may be undecided then */
     r = vm_run("_pyfini_vm_churn", "20");
-    expect_run(&r, "churn", "no leak", 0);
-    ck_assert_int_eq(json_array_size(json_object_get(r.json, "undecided_meters")), 0);
+    json_t *und = json_object_get(r.json, "undecided_meters");
+    size_t ui;
+    json_t *uv;
+    json_array_foreach(und, ui, uv) {
+        const char *name = json_string_value(uv);
+        ck_assert_msg(!strcmp(name, "rss") || !strcmp(name, "malloc"), "churn: %s undecided\n%s", name, tail(r.out));
+    }
+    if (json_array_size(und)) expect_run(&r, "churn", "not judged", 4);
+    else expect_run(&r, "churn", "no leak", 0);
+    if (py_minor == 11 || at_least(3, 14)) expect_run(&r, "churn (no loss of CPython's own)", "no leak", 0);
     free_result(&r);
     /* a zero sub-meter never outvotes its inconclusive whole: py.mem (and
        py) move either way, py.raw, py.obj, heap.plain stay 0 - not judged */
@@ -1971,10 +1984,14 @@ END_TEST
 
 /* --config (one column) and --max-bytes-per-cycle reach every row; --where
  * and --csv are refused */
+/* 3 warm-up rounds: on 3.11 the first 5 cycles of any run still move py
+ * (+256 B three times, then +1,152 B, bare cycles alike: the main
+ * interpreter's own tables reaching their size), which 4 judged cycles
+ * cannot tell from a loss */
 START_TEST(test_scan_options)
 {
     result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_leak64", "--config", "legacy",
-                                         "--max-bytes-per-cycle", "100", "--cycles", "4", "--warmup", "1", "--json", NULL});
+                                         "--max-bytes-per-cycle", "100", "--cycles", "4", "--warmup", "3", "--json", NULL});
     ck_assert_msg(r.status == 0, "64 B/cycle under --max-bytes-per-cycle 100: exit %d\n%s%s", r.status, tail(r.out),
                   tail(r.err));
     ck_assert_str_eq(scan_status_of(&r, "_pyfini_leak64", "legacy"), "ok");
@@ -2051,7 +2068,7 @@ START_TEST(test_scan_jobs)
     snprintf(path, sizeof path, "%s/scan.svg", dir);
     /* three rows of three classes; the missing module's cells cost a worker start only (CI time) */
     const char *args[32] = {"--scan", "--import", "_pyfini_noleak64", "--import", "_pyfini_leak64", "--import",
-                            "no_such_module_pyfini", "--cycles", "4", "--warmup", "1", "--json", "--jobs", "1", NULL};
+                            "no_such_module_pyfini", "--cycles", "4", "--warmup", "3", "--json", "--jobs", "1", NULL};
     result serial = run_tool(args);
     args[13] = "2";
 #if LC_TEST_HAVE_PLOT
