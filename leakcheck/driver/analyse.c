@@ -191,7 +191,8 @@ static int count_of_memory(int v) { return v == LC_V_BLOCKS || v == LC_V_HEAP_BL
  *    meter that misses either keeps its LEAK only when the count meter
  *    behind it (blocks, heap.blocks; either for rss) is LEAK - else
  *    inconclusive.  rss and malloc need that count meter LEAK anyway where
- *    one is counted; overruled, they keep the run from "no leak";
+ *    one is counted; grown steadily without it, they keep the run from "no
+ *    leak";
  *  - LEAK: a bytes meter judged LEAK; or a count meter: fds always, blocks,
  *    heap.blocks and refs when no loss is allowed (--max-bytes-per-cycle 0);
  *  - no leak: every meter that sees the subject's allocations judged "no
@@ -233,7 +234,7 @@ static void run_rule(analysis *a, double max_bytes)
             int counted = (blocks && blocks->available) || (hblocks && hblocks->available);
             if (steady && (m->def->exact || !counted || backed)) continue;
             if (backed) continue;
-            set_verdict(m, LC_INCONCLUSIVE, LC_OVERRULE_NOISE);
+            set_verdict(m, LC_INCONCLUSIVE, steady ? LC_OVERRULE_UNBACKED : LC_OVERRULE_NOISE);
             a->noise_overruled = 1;
         }
     /* glibc's malloc statistics (mallinfo2) are not the verdict where the
@@ -270,12 +271,14 @@ static void run_rule(analysis *a, double max_bytes)
         if (max_bytes > 0 && count_of_memory(v)) continue;   /* the bytes meters judge the allowed loss */
         if (!judged_as(m, LC_NO_LEAK)) a->undecided[a->nundecided++] = (int)(m - a->m);
     }
-    /* a noisy meter whose LEAK was not the subject's allocations: undecided */
+    /* a noisy meter that grew steadily with no block count behind it: not
+       the subject's allocations, but not nothing either - undecided (one
+       that only moved both ways, a toggle, is just noise) */
     for (size_t mi = 0; mi < LC_NMETERS && a->nundecided < LC_NMETERS; mi++) {
         const meter_result *m = &a->m[mi];
         int listed = 0;
         for (int i = 0; i < a->nundecided; i++) listed |= a->undecided[i] == (int)mi;
-        if (!m->def->exact && m->overruled == LC_OVERRULE_NOISE && !listed) a->undecided[a->nundecided++] = (int)mi;
+        if (m->overruled == LC_OVERRULE_UNBACKED && !listed) a->undecided[a->nundecided++] = (int)mi;
     }
     int any = 0;   /* at least one meter judged at all */
     for (size_t mi = 0; mi < LC_NMETERS; mi++) any |= a->m[mi].available && a->m[mi].judged != NULL;

@@ -236,6 +236,8 @@ enum lc_overrule {
     LC_OVERRULE_NOISE,    /* not every sample grew, or the meter's level did not grow in every chunk,
                              and no count meter behind it grew (a table that grows in subject cycles
                              and shrinks in bare ones) */
+    LC_OVERRULE_UNBACKED, /* rss or malloc grew steadily but no count of blocks grew with it: not the
+                             subject's allocations, and not "no leak" either (kept undecided) */
 };
 
 typedef struct meter_result {

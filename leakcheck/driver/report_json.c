@@ -118,6 +118,7 @@ static json_t *meter_json(const meter_result *m)
         set(mj, "level_min_per_cycle", jnum(m->level_min_per_cycle));
         set(mj, "overruled", m->overruled == LC_OVERRULE_MALLOC  ? lc_json_str("malloc")
                              : m->overruled == LC_OVERRULE_NOISE ? lc_json_str("noise")
+                             : m->overruled == LC_OVERRULE_UNBACKED ? lc_json_str("unbacked")
                                                                  : json_null());
     } else {
         set(mj, "verdict", lc_json_str(m->available ? "no judged cycle" : "unavailable"));

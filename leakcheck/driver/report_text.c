@@ -342,13 +342,14 @@ static void print_overruled(FILE *f, const analysis *a)
         fprintf(f, "(malloc grew in every chunk, but the exact heap meters count every block of malloc & co: "
                    "glibc's own bookkeeping, judged inconclusive)\n");
     if (!a->noise_overruled) return;
-    for (int exact = 1; exact >= 0; exact--) {
+    for (int noise = 1; noise >= 0; noise--) {
         const char *sep = " ";
+        enum lc_overrule why = noise ? LC_OVERRULE_NOISE : LC_OVERRULE_UNBACKED;
         for (size_t i = 0; i < LC_NMETERS; i++)
-            if (a->m[i].overruled == LC_OVERRULE_NOISE && a->m[i].def->exact == exact)
+            if (a->m[i].overruled == why)
                 fprintf(f, "%s%s", *sep == ' ' ? "(judged inconclusive, not LEAK: " : sep, a->m[i].def->name), sep = ", ";
         if (*sep == ' ') continue;
-        if (exact)
+        if (noise)
             fprintf(f, " - not every block pair grew, or the meter's own level did not grow in every chunk, and no\n"
                        " count of blocks grew with it: a table that grows in some cycles and shrinks in others)\n");
         else
