@@ -1576,7 +1576,9 @@ START_TEST(test_json_and_csv)
     close(fd);
     result r = run_tool((const char *[]){"--import", "json", "--cycles", "10", "--warmup", "2", "--json", "--csv", csv,
                                          NULL});
-    ck_assert_msg(r.status == 0 || r.status == 1, "exit %d\n%s", r.status, tail(r.err));
+    /* any verdict of the rule: 10 judged rounds after 2 warm-up ones may
+       leave py inconclusive (3.15.2: "not judged", exit 4) */
+    ck_assert_msg(r.status == 0 || r.status == 1 || r.status == 4, "exit %d\n%s", r.status, tail(r.err));
     ck_assert_msg(r.json != NULL, "stdout is not JSON:\n%s", tail(r.out));
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(r.json, "python"), "version")), LC_TEST_PY_VERSION);
     ck_assert_str_eq(json_string_value(json_object_get(r.json, "config")), "legacy");
