@@ -95,6 +95,25 @@ static size_t block_series(const lc_run *r, int v, double *xs, double *xb, doubl
     return n;
 }
 
+/* The smallest growth of the meter's own level over a chunk of the judged
+ * samples (chunks as lc_judge cuts them), per subject cycle of the chunk:
+ * with block pairs, a pair's subject and bare cycles together (xs + xb per
+ * cycle, k cycles each) over its k subject cycles.  A loss of L per subject
+ * cycle raises the level by at least L per subject cycle (and by what the
+ * bare cycles lose themselves); a table that grows in subject cycles and
+ * shrinks in bare ones does not raise it at all. */
+static double level_min_per_cycle(const double *xs, const double *xb, size_t n, int nchunks)
+{
+    double lo = INFINITY;
+    for (int c = 0; c < nchunks; c++) {
+        size_t a = n * (size_t)c / (size_t)nchunks, b = n * (size_t)(c + 1) / (size_t)nchunks;
+        double g = 0;
+        for (size_t i = a; i < b; i++) g += xs[i] + (xb ? xb[i] : 0);
+        if (b > a && g / (double)(b - a) < lo) lo = g / (double)(b - a);
+    }
+    return lo;
+}
+
 /* Judge one meter: block pairs (paired) or single cycles. */
 static void judge_meter(const lc_run *r, meter_result *m, double thr, int paired, double *xs, double *xb,
                         double *xe)
@@ -119,6 +138,151 @@ static void judge_meter(const lc_run *r, meter_result *m, double thr, int paired
     if (ce) lc_judge(xe, ce, k, res, thr, paired, exact, &m->excess), m->have_excess = 1;
     m->judged = m->have_excess ? &m->excess : (m->have_subject ? &m->subject : (m->have_bare ? &m->bare : NULL));
     m->verdict = m->judged ? m->judged->verdict : LC_TOO_FEW;
+    m->level_min_per_cycle = NAN;
+    if (m->judged && m->judged->nchunks) {
+        if (paired) m->level_min_per_cycle = level_min_per_cycle(xs, xb, ce, m->judged->nchunks);
+        else m->level_min_per_cycle = level_min_per_cycle(cs ? xs : xb, NULL, cs ? cs : cb, m->judged->nchunks);
+    }
+}
+
+static meter_result *find_meter(analysis *a, int value)
+{
+    for (size_t i = 0; i < LC_NMETERS; i++)
+        if (a->m[i].def && a->m[i].def->value == value) return &a->m[i];
+    return NULL;
+}
+
+static void set_verdict(meter_result *m, enum lc_verdict v, enum lc_overrule why)
+{
+    m->verdict = v;
+    m->overruled = why;
+    /* the series judged (m->judged points to one of these three) */
+    if (m->judged == &m->excess) m->excess.verdict = v;
+    else if (m->judged == &m->subject) m->subject.verdict = v;
+    else if (m->judged == &m->bare) m->bare.verdict = v;
+}
+
+static int judged_as(const meter_result *m, enum lc_verdict v) { return m && m->available && m->judged && m->verdict == v; }
+
+/* The count meter whose growth would stand behind a bytes meter's: the
+ * blocks of Python's allocators behind py*, the C heap's behind heap* and
+ * malloc (-3: blocks where heap.blocks is off), either behind rss (-2);
+ * -1 none. */
+static int count_behind(int v)
+{
+    switch (v) {
+    case LC_V_PY: case LC_V_PY_RAW: case LC_V_PY_MEM: case LC_V_PY_OBJ: case LC_V_PY_OBMALLOC: return LC_V_BLOCKS;
+    case LC_V_HEAP: case LC_V_HEAP_PLAIN: return LC_V_HEAP_BLOCKS;
+    case LC_V_MALLOC: return -3;   /* heap.blocks, or blocks where the heap meters are off */
+    case LC_V_RSS: return -2;
+    }
+    return -1;
+}
+
+/* Count meters: units, not bytes.  blocks, heap.blocks and refs stand for
+ * memory (the allowed loss in bytes cannot be told in them); fds do not. */
+static int count_of_memory(int v) { return v == LC_V_BLOCKS || v == LC_V_HEAP_BLOCKS || v == LC_V_REFS; }
+
+/* The run's rule (leakcheck/README.md, "The verdict", the table):
+ *  - no LEAK from noise: a meter's LEAK needs its own level grown in every
+ *    chunk (regrtest -R: a leak grows every time), per subject cycle by at
+ *    least the loss it claims (slope - bound), and, for an exact meter,
+ *    every sample (block pair, or cycle) above the allowed loss; a bytes
+ *    meter that misses either keeps its LEAK only when the count meter
+ *    behind it (blocks, heap.blocks; either for rss) is LEAK - else
+ *    inconclusive.  rss and malloc need that count meter LEAK anyway where
+ *    one is counted; grown steadily without it, they keep the run from "no
+ *    leak";
+ *  - LEAK: a bytes meter judged LEAK; or a count meter: fds always, blocks,
+ *    heap.blocks and refs when no loss is allowed (--max-bytes-per-cycle 0);
+ *  - no leak: every meter that sees the subject's allocations judged "no
+ *    leak": py (all of Python's allocators) and heap.plain (the rest of the
+ *    C heap), their counts blocks and heap.blocks, refs and fds - a zero part
+ *    (py.raw, heap.plain alone) never stands for an inconclusive whole.  heap
+ *    is py's malloc-served blocks (in usable bytes) plus heap.plain: its LEAK
+ *    counts, its "no leak" is that of its two parts.  Where py is off
+ *    (--no-allocator-wrapper) only rss sees Python's objects: rss must say
+ *    no leak; where heap is off (AddressSanitizer) malloc must;
+ *  - otherwise not judged (exit 4). */
+static void run_rule(analysis *a, double max_bytes)
+{
+    /* no LEAK from noise; the count meters first (a bytes meter's LEAK may
+       stand on them) */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t mi = 0; mi < LC_NMETERS; mi++) {
+            meter_result *m = &a->m[mi];
+            if (!judged_as(m, LC_LEAK) || (m->def->bytes != 0) != (pass == 1)) continue;
+            double thr = m->def->bytes ? max_bytes : 0;
+            /* the noisy meters (rss, malloc): their own level only - one
+               page more or less decides a single block pair */
+            /* floor: one resolution step per chunk, per cycle */
+            const lc_judgement *j = m->judged;
+            int steady = (!m->def->exact || j->sample_min > thr) && m->level_min_per_cycle >= j->slope - j->bound &&
+                         m->level_min_per_cycle >= j->floor;
+            int cb = count_behind(m->def->value);
+            const meter_result *blocks = find_meter(a, LC_V_BLOCKS), *hblocks = find_meter(a, LC_V_HEAP_BLOCKS);
+            if (cb == -3) cb = hblocks && hblocks->available ? LC_V_HEAP_BLOCKS : LC_V_BLOCKS;
+            int backed = cb == -2 ? judged_as(blocks, LC_LEAK) || judged_as(hblocks, LC_LEAK)
+                                  : cb >= 0 && judged_as(find_meter(a, cb), LC_LEAK);
+            /* rss and malloc see what the exact meters see and more (pages,
+               glibc's own): their growth without a block count growing with
+               it (where one is counted) is not the subject's allocations -
+               fragmentation (3.13.0: _pyfini_vm_churn's freed blocks beside
+               CPython's own per-cycle loss, rss +454 kB/cycle "LEAK"), or
+               memory no allocator saw (a direct mmap): not LEAK, and not "no
+               leak" either (the run's rule keeps such a meter undecided) */
+            int counted = (blocks && blocks->available) || (hblocks && hblocks->available);
+            if (steady && (m->def->exact || !counted || backed)) continue;
+            if (backed) continue;
+            set_verdict(m, LC_INCONCLUSIVE, steady ? LC_OVERRULE_UNBACKED : LC_OVERRULE_NOISE);
+            a->noise_overruled = 1;
+        }
+    /* glibc's malloc statistics (mallinfo2) are not the verdict where the
+       exact C-heap meter judged the same heap: every block of malloc & co is
+       counted there, so a rise only mallinfo2 sees is glibc's own
+       bookkeeping or its noise over few cycles (3.15.2d's bare isolated
+       cycle: malloc +244 B/cycle "LEAK", heap 0 B ± 0 B) - inconclusive where
+       the heap meter (every block, Python's RAW ones included) did not judge
+       LEAK itself (after the rule above) */
+    meter_result *heap = find_meter(a, LC_V_HEAP), *mal = find_meter(a, LC_V_MALLOC);
+    int heap_says_no = heap && heap->available && heap->judged && heap->verdict != LC_LEAK;
+    if (heap_says_no && judged_as(mal, LC_LEAK)) {
+        set_verdict(mal, LC_INCONCLUSIVE, LC_OVERRULE_MALLOC);
+        a->malloc_overruled = 1;
+    }
+    for (size_t mi = 0; mi < LC_NMETERS; mi++) {
+        meter_result *m = &a->m[mi];
+        if (!m->available || !m->judged) continue;
+        if (m->verdict == LC_INCONCLUSIVE) a->inconclusive = 1;
+        if (m->verdict != LC_LEAK) continue;
+        int v = m->def->value;
+        if (m->def->bytes || v == LC_V_FDS || (count_of_memory(v) && max_bytes <= 0)) a->leak = 1;
+    }
+    /* the meters that must say "no leak" */
+    static const int needed[] = {LC_V_PY, LC_V_HEAP_PLAIN, LC_V_BLOCKS, LC_V_HEAP_BLOCKS, LC_V_REFS, LC_V_FDS};
+    const meter_result *py = find_meter(a, LC_V_PY), *hp = find_meter(a, LC_V_HEAP_PLAIN);
+    a->nundecided = 0;
+    for (size_t i = 0; i < sizeof needed / sizeof *needed + 2; i++) {
+        int v = i < sizeof needed / sizeof *needed ? needed[i]
+              : i == sizeof needed / sizeof *needed ? (py && py->available ? -1 : LC_V_RSS)
+                                                    : (hp && hp->available ? -1 : LC_V_MALLOC);
+        meter_result *m = v >= 0 ? find_meter(a, v) : NULL;
+        if (!m || !m->available) continue;   /* refs: release builds; the wrapper's, the heap's: see above */
+        if (max_bytes > 0 && count_of_memory(v)) continue;   /* the bytes meters judge the allowed loss */
+        if (!judged_as(m, LC_NO_LEAK)) a->undecided[a->nundecided++] = (int)(m - a->m);
+    }
+    /* a noisy meter that grew steadily with no block count behind it: not
+       the subject's allocations, but not nothing either - undecided (one
+       that only moved both ways, a toggle, is just noise) */
+    for (size_t mi = 0; mi < LC_NMETERS && a->nundecided < LC_NMETERS; mi++) {
+        const meter_result *m = &a->m[mi];
+        int listed = 0;
+        for (int i = 0; i < a->nundecided; i++) listed |= a->undecided[i] == (int)mi;
+        if (m->overruled == LC_OVERRULE_UNBACKED && !listed) a->undecided[a->nundecided++] = (int)mi;
+    }
+    int any = 0;   /* at least one meter judged at all */
+    for (size_t mi = 0; mi < LC_NMETERS; mi++) any |= a->m[mi].available && a->m[mi].judged != NULL;
+    a->no_leak = !a->leak && any && a->nundecided == 0;
 }
 
 void lc_analyse(const lc_run *r, analysis *a, double max_bytes)
@@ -140,32 +304,7 @@ void lc_analyse(const lc_run *r, analysis *a, double max_bytes)
         }
         judge_meter(r, m, m->def->bytes ? max_bytes : 0, paired, xs, xb, xe);
     }
-    /* glibc's malloc statistics (mallinfo2) are not the verdict where the
-       exact C-heap meter judged the same heap: every block of malloc & co is
-       counted there, so a rise only mallinfo2 sees is glibc's own
-       bookkeeping or its noise over few cycles (3.15.2d's bare isolated
-       cycle: malloc +244 B/cycle "LEAK", heap 0 B ± 0 B) - inconclusive where
-       the heap meter (every block, Python's RAW ones included) did not judge
-       LEAK itself */
-    int heap_says_no = 0;
-    for (size_t mi = 0; mi < LC_NMETERS; mi++)
-        if (a->m[mi].def && a->m[mi].def->value == LC_V_HEAP && a->m[mi].available && a->m[mi].judged)
-            heap_says_no = a->m[mi].verdict != LC_LEAK;
-    for (size_t mi = 0; mi < LC_NMETERS; mi++) {
-        meter_result *m = &a->m[mi];
-        if (!m->available) continue;
-        if (heap_says_no && m->def->value == LC_V_MALLOC && m->verdict == LC_LEAK) {
-            m->verdict = LC_INCONCLUSIVE;
-            /* the series judged (m->judged points to one of these three) */
-            if (m->judged == &m->excess) m->excess.verdict = LC_INCONCLUSIVE;
-            else if (m->judged == &m->subject) m->subject.verdict = LC_INCONCLUSIVE;
-            else m->bare.verdict = LC_INCONCLUSIVE;
-            a->malloc_overruled = 1;
-        }
-        if (m->verdict == LC_LEAK && m->def->bytes) a->leak = 1;
-        if (m->verdict == LC_NO_LEAK && m->def->bytes) a->bytes_no_leak = 1;
-        if (m->verdict == LC_INCONCLUSIVE) a->inconclusive = 1;
-    }
+    run_rule(a, max_bytes);
     free(xs);
     free(xb);
     free(xe);
@@ -183,15 +322,15 @@ int lc_exit_status(const lc_run *r, const analysis *a)
     case LC_OUT_DONE:
         if (r->children.failed) return LC_EXIT_CRASH;
         if (a->leak || r->err.leak_reports) return LC_EXIT_LEAK;
-        return a->bytes_no_leak ? LC_EXIT_NO_LEAK : LC_EXIT_NOT_JUDGED;
+        return a->no_leak ? LC_EXIT_NO_LEAK : LC_EXIT_NOT_JUDGED;
     }
     return LC_EXIT_CRASH;
 }
 
-/* The rule of the verdict: LEAK if a bytes meter judged LEAK or pyfini
- * reported a leak on the subject's stderr; "no leak" only
- * if at least one bytes meter judged "no leak" (the exact py* meters decide
- * when rss and malloc are noisy); otherwise "not judged". */
+/* The rule of the verdict (run_rule): LEAK if a bytes meter or a count
+ * meter judged LEAK, or pyfini reported a leak on the subject's stderr;
+ * "no leak" only if every meter that sees the subject's allocations judged
+ * "no leak"; otherwise "not judged". */
 const char *lc_run_verdict(const lc_run *r, const analysis *a)
 {
     if (r->outcome == LC_OUT_CRASH) return "crash";
@@ -201,5 +340,5 @@ const char *lc_run_verdict(const lc_run *r, const analysis *a)
     if (r->outcome != LC_OUT_DONE) return "error";
     if (r->children.failed) return "child failed";
     if (a->leak || r->err.leak_reports) return "LEAK";
-    return a->bytes_no_leak ? "no leak" : "not judged";
+    return a->no_leak ? "no leak" : "not judged";
 }

@@ -229,6 +229,17 @@ typedef struct lc_meter_def {
 extern const lc_meter_def lc_meters[];
 #define LC_NMETERS 13
 
+/* Why a meter's LEAK was made inconclusive by the run's rule (analyse.c). */
+enum lc_overrule {
+    LC_OVERRULE_NONE,
+    LC_OVERRULE_MALLOC,   /* malloc (mallinfo2) while the exact heap meter found no LEAK */
+    LC_OVERRULE_NOISE,    /* not every sample grew, or the meter's level did not grow in every chunk,
+                             and no count meter behind it grew (a table that grows in subject cycles
+                             and shrinks in bare ones) */
+    LC_OVERRULE_UNBACKED, /* rss or malloc grew steadily but no count of blocks grew with it: not the
+                             subject's allocations, and not "no leak" either (kept undecided) */
+};
+
 typedef struct meter_result {
     const lc_meter_def *def;
     int available;
@@ -237,16 +248,25 @@ typedef struct meter_result {
     int have_subject, have_bare, have_excess;
     const lc_judgement *judged;   /* what the verdict is about */
     enum lc_verdict verdict;
+    /* the meter's own level (subject and bare cycles together, not the
+       excess) over each chunk of the judged cycles: its smallest growth
+       per subject cycle of the chunk */
+    double level_min_per_cycle;
+    enum lc_overrule overruled;   /* a LEAK of the series made inconclusive, and why */
 } meter_result;
 
 typedef struct analysis {
     meter_result m[LC_NMETERS];
     double time_subject_ms, time_bare_ms;
     long n_subject, n_bare, rounds_judged;
-    int leak;                      /* a bytes meter judged LEAK */
-    int bytes_no_leak;             /* a bytes meter judged "no leak" */
+    int leak;                      /* a bytes meter, or a count meter (see lc_analyse), judged LEAK */
+    int no_leak;                   /* every meter that sees the subject's allocations judged "no leak" */
     int inconclusive;
     int malloc_overruled;          /* malloc LEAK made inconclusive: the exact heap meter judged no LEAK */
+    int noise_overruled;           /* an exact meter's LEAK made inconclusive (LC_OVERRULE_NOISE) */
+    /* the meters that kept the run from "no leak" (not judged "no leak"),
+       as indexes into m[], nundecided of them */
+    int undecided[LC_NMETERS], nundecided;
     int64_t obm_min, obm_max;
     double obm_mean;
     long obm_n;
@@ -258,11 +278,11 @@ const meter_result *lc_meter_result(const analysis *a, int value);   /* by enum 
 /* --- reports ------------------------------------------------------------- */
 /* The exit statuses (--help and leakcheck/README.md list the same). */
 enum lc_exit {
-    LC_EXIT_NO_LEAK = 0,      /* a bytes meter judged "no leak", none LEAK, nothing else found */
-    LC_EXIT_LEAK = 1,         /* a bytes meter judged LEAK, or pyfini reported a leak on stderr */
+    LC_EXIT_NO_LEAK = 0,      /* every meter that sees the subject's allocations judged "no leak" (run_rule) */
+    LC_EXIT_LEAK = 1,         /* a bytes or count meter judged LEAK, or pyfini reported a leak on stderr */
     LC_EXIT_USAGE = 2,        /* usage error, or the subject failed (raised, missing module, config refused) */
     LC_EXIT_CRASH = 3,        /* the subject crashed, hung, broke the tool's descriptors, or a child of it failed */
-    LC_EXIT_NOT_JUDGED = 4,   /* the run finished but no bytes meter could judge: never "no leak" */
+    LC_EXIT_NOT_JUDGED = 4,   /* finished, nothing leaked, a meter that sees the subject inconclusive: never "no leak" */
     LC_EXIT_INTERRUPTED = 5,  /* SIGINT/SIGTERM: the partial report of the finished cycles */
 };
 int lc_exit_status(const lc_run *r, const analysis *a);

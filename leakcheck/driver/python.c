@@ -74,7 +74,8 @@ static const char *c_compiler(void) { return access(LC_C_COMPILER, X_OK) == 0 ? 
  * change in any of them builds a new worker; the .c files are compiled. */
 static const char *const worker_files[] = {
     "worker/main.c", "worker/meters.c", "worker/subject.c", "worker/where.c", "worker/lc_alloc.c",
-    "worker/lc_meter.c", "worker/symbols.c", "worker/lc_heap.c", "shared/lc_protocol.c", "shared/lc_schedule.c",
+    "worker/lc_meter.c", "worker/symbols.c", "worker/lc_heap.c", "worker/settle.c", "shared/lc_protocol.c",
+    "shared/lc_schedule.c",
     "worker/worker.h", "worker/lc_alloc.h", "worker/lc_meter.h", "worker/symbols.h", "worker/lc_heap.h",
     "worker/lc_heap.dynlist", "shared/lc_protocol.h",
     "shared/lc_schedule.h", "shared/lc_util.h", "../common/interp_configs.h"};

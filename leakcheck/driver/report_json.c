@@ -47,6 +47,7 @@ static json_t *judgement_json(const lc_judgement *j)
     for (int c = 0; c < j->nchunks; c++) json_array_append_new(ch, jnum(j->chunk_growth[c]));
     set(o, "chunk_growth", ch);
     if (j->nchunks) set(o, "chunk_min_per_cycle", jnum(j->chunk_rate_min));
+    if (j->nchunks) set(o, "sample_min_per_cycle", jnum(j->sample_min));
     set(o, "late_per_cycle", jnum(j->late_slope));
     set(o, "late_bound", jnum(j->late_bound));
     set(o, "verdict", lc_json_str(lc_verdict_name(j->verdict)));
@@ -114,6 +115,11 @@ static json_t *meter_json(const meter_result *m)
         if (m->have_excess) set(mj, "excess", judgement_json(&m->excess));
         set(mj, "judged", lc_json_str(m->have_excess ? "excess" : (m->have_subject ? "subject" : "bare")));
         set(mj, "verdict", lc_json_str(lc_verdict_name(m->verdict)));
+        set(mj, "level_min_per_cycle", jnum(m->level_min_per_cycle));
+        set(mj, "overruled", m->overruled == LC_OVERRULE_MALLOC  ? lc_json_str("malloc")
+                             : m->overruled == LC_OVERRULE_NOISE ? lc_json_str("noise")
+                             : m->overruled == LC_OVERRULE_UNBACKED ? lc_json_str("unbacked")
+                                                                 : json_null());
     } else {
         set(mj, "verdict", lc_json_str(m->available ? "no judged cycle" : "unavailable"));
     }
@@ -285,6 +291,9 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
     for (size_t i = 0; i < LC_NMETERS; i++)
         if (a->m[i].verdict == LC_LEAK && a->m[i].available) json_array_append_new(lm, lc_json_str(a->m[i].def->name));
     set(o, "leaking_meters", lm);
+    json_t *un = json_array();
+    for (int i = 0; i < a->nundecided; i++) json_array_append_new(un, lc_json_str(a->m[a->undecided[i]].def->name));
+    set(o, "undecided_meters", un);
     set(o, "crash", lc_outcome_crashed(r->outcome) ? crash_json(r) : json_null());
     set(o, "cycles_finished", json_integer((json_int_t)r->ncyc));
     set(o, "exit_status", json_integer(exit_status));

@@ -335,6 +335,29 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
     fprintf(f, "\n");
 }
 
+/* Why a LEAK of a meter was made inconclusive (run_rule in analyse.c). */
+static void print_overruled(FILE *f, const analysis *a)
+{
+    if (a->malloc_overruled)
+        fprintf(f, "(malloc grew in every chunk, but the exact heap meters count every block of malloc & co: "
+                   "glibc's own bookkeeping, judged inconclusive)\n");
+    if (!a->noise_overruled) return;
+    for (int noise = 1; noise >= 0; noise--) {
+        const char *sep = " ";
+        enum lc_overrule why = noise ? LC_OVERRULE_NOISE : LC_OVERRULE_UNBACKED;
+        for (size_t i = 0; i < LC_NMETERS; i++)
+            if (a->m[i].overruled == why)
+                fprintf(f, "%s%s", *sep == ' ' ? "(judged inconclusive, not LEAK: " : sep, a->m[i].def->name), sep = ", ";
+        if (*sep == ' ') continue;
+        if (noise)
+            fprintf(f, " - not every block pair grew, or the meter's own level did not grow in every chunk, and no\n"
+                       " count of blocks grew with it: a table that grows in some cycles and shrinks in others)\n");
+        else
+            fprintf(f, " - it grew, but no count of blocks grew with it: pages the allocators hold for freed\n"
+                       " blocks (fragmentation), or memory no allocator saw; not \"no leak\" either)\n");
+    }
+}
+
 static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paired)
 {
     fprintf(f, "verdict: ");
@@ -348,30 +371,33 @@ static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paire
         if (!a->leak) return;
         fprintf(f, "         ");
     }
-    if (!a->leak && !a->bytes_no_leak) {
-        fprintf(f, "not judged: no bytes meter (rss, malloc, py*) judged \"no leak\" or LEAK:");
+    if (!a->leak && !a->no_leak) {
+        fprintf(f, "not judged: ");
+        if (!a->nundecided) {
+            fprintf(f, "no meter judged a cycle\n");
+            return;
+        }
+        fprintf(f, "the meters that see the subject's allocations must all say \"no leak\"; not so:");
         const char *sep = " ";
-        for (size_t i = 0; i < LC_NMETERS; i++) {
-            const meter_result *m = &a->m[i];
-            if (!m->def->bytes) continue;
-            fprintf(f, "%s%s %s", sep, m->def->name, m->available ? lc_verdict_name(m->verdict) : "unavailable");
+        for (int i = 0; i < a->nundecided; i++) {
+            const meter_result *m = &a->m[a->undecided[i]];
+            fprintf(f, "%s%s %s", sep, m->def->name, m->judged ? lc_verdict_name(m->verdict) : "not judged");
             sep = ", ";
         }
         fprintf(f, "\n");
+        print_overruled(f, a);
         return;
     }
     if (!a->leak) {
         fprintf(f, "no leak%s\n", a->inconclusive ? " (some meters inconclusive: see above)" : "");
-        if (a->malloc_overruled)
-            fprintf(f, "(malloc grew in every chunk, but the exact heap meters count every block of malloc & co: "
-                       "glibc's own bookkeeping, judged inconclusive)\n");
+        print_overruled(f, a);
         return;
     }
     fprintf(f, "LEAK:");
     const char *sep = " ";
     for (size_t i = 0; i < LC_NMETERS; i++) {
         const meter_result *m = &a->m[i];
-        if (m->verdict != LC_LEAK || !m->def->bytes) continue;
+        if (m->verdict != LC_LEAK || !m->available || !m->judged) continue;
         char b[32];
         lc_fmt_value(b, sizeof b, m->def, m->judged->slope, 1);
         fprintf(f, "%s%s %s/cycle", sep, m->def->name, b);

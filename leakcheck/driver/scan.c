@@ -22,7 +22,7 @@ enum scan_severity { SEV_OK, SEV_REFUSES, SEV_NOT_JUDGED, SEV_LEAK, SEV_ERROR, S
 
 typedef struct scan_cell {
     int ran;
-    int judged;          /* ok: a bytes meter judged "no leak" */
+    int judged;          /* ok: every meter that sees the subject judged "no leak" */
     enum scan_severity severity;
     char status[48];
     char message[600];
@@ -86,15 +86,30 @@ static void error_cell(scan_cell *c, const lc_run *r)
         lc_scopy(c->message, sizeof c->message, m2 ? m2 + 2 : r->error);
 }
 
+/* The first count meter judged LEAK that makes a run LEAK (fds; blocks,
+ * heap.blocks and refs when no loss is allowed: see run_rule). */
+static const meter_result *leaking_count(const analysis *a, double max_bytes)
+{
+    for (size_t i = 0; i < LC_NMETERS; i++) {
+        const meter_result *m = &a->m[i];
+        if (m->def->bytes || !m->available || !m->judged || m->verdict != LC_LEAK) continue;
+        if (m->def->value == LC_V_FDS || max_bytes <= 0) return m;
+    }
+    return NULL;
+}
+
 /* A run that finished: a failed child of the subject (as a crash), pyfini's
  * leak report on its stderr, or a LEAK of any bytes meter but RSS (too coarse
  * for a few cycles), py (the sum of its rows) and heap (heap.plain + the
  * C-heap blocks of Python's allocators, which the py rows count in requested
  * bytes) above --max-bytes-per-cycle - malloc (glibc's mallinfo2, noisy
  * over a few cycles: its free lists) only where the exact C-heap meter did
- * not judge; no bytes meter judged: "not judged", never "ok". */
+ * not judge; a count meter's LEAK where no bytes meter's is; otherwise "ok"
+ * only when every meter that sees the subject's allocations judged "no
+ * leak" (run_rule; RSS left out here too), else "not judged". */
 static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
 {
+    const meter_result *count;
     analysis a;
     lc_analyse(r, &a, q->max_bytes);
     const meter_result *worst = NULL;
@@ -128,6 +143,14 @@ static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
         c->loss = worst->judged->slope;
         snprintf(c->status, sizeof c->status, "LEAK %s/cycle", b);
         snprintf(c->message, sizeof c->message, "%s grows %s per cycle%s", worst->def->name, b, beyond);
+    } else if ((count = leaking_count(&a, q->max_bytes)) != NULL) {
+        /* a count meter alone (the bytes meters inconclusive): LEAK all the same */
+        char b[32];
+        lc_fmt_value(b, sizeof b, count->def, count->judged->slope, 1);
+        c->severity = SEV_LEAK;
+        snprintf(c->status, sizeof c->status, "LEAK %s %s/cycle", b, count->def->name);
+        snprintf(c->message, sizeof c->message, "%s grows %s per cycle%s (the bytes meters: inconclusive)",
+                 count->def->name, b, beyond);
     } else if (r->err.leak_reports) {
         const lc_leak_report *l = &r->err.leaks[0];
         c->severity = SEV_LEAK;
@@ -135,10 +158,14 @@ static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
         snprintf(c->message, sizeof c->message, "pyfini reported a leak %ld times: state \"%s\", %ld tracked objects "
                  "still alive at POST_SHUTDOWN", r->err.leak_reports, r->err.nleaks ? l->state : "?",
                  r->err.nleaks ? l->objects : 0L);
-    } else if (!a.bytes_no_leak) {
+    } else if (a.nundecided || !a.rounds_judged) {
         c->severity = SEV_NOT_JUDGED;
         lc_scopy(c->status, sizeof c->status, "not judged");
-        snprintf(c->message, sizeof c->message, "no bytes meter could judge in %ld cycles", q->cycles);
+        size_t off = (size_t)snprintf(c->message, sizeof c->message, "in %ld cycles, not \"no leak\":", q->cycles);
+        for (int i = 0; i < a.nundecided && off < sizeof c->message; i++)
+            off += (size_t)snprintf(c->message + off, sizeof c->message - off, "%s %s %s", i ? "," : "",
+                                    a.m[a.undecided[i]].def->name,
+                                    a.m[a.undecided[i]].judged ? lc_verdict_name(a.m[a.undecided[i]].verdict) : "not judged");
     } else {
         c->judged = 1;
         c->severity = SEV_OK;
@@ -234,7 +261,7 @@ static void junit_cell(const scan_row *row, const scan_cell *c, int cfg, double 
     } else if (c->severity == SEV_OK && c->judged) {
         res = LC_CASE_PASS;
     } else if (c->severity == SEV_OK || c->severity == SEV_NOT_JUDGED) {
-        res = LC_CASE_SKIPPED;   /* no LEAK seen, but no bytes meter judged "no leak" */
+        res = LC_CASE_SKIPPED;   /* no LEAK seen, but not every meter judged "no leak" */
         type = "not judged";
     } else if (c->severity == SEV_LEAK) {
         res = LC_CASE_FAILURE;

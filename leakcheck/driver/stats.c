@@ -115,7 +115,11 @@ void lc_judge(const double *x, size_t n, double cycles_per_sample, double resolu
         j->bound = INFINITY;
         return;
     }
-    for (size_t i = 0; i < n; i++) j->mean += x[i];
+    j->sample_min = INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        j->mean += x[i];
+        if (x[i] < j->sample_min) j->sample_min = x[i];
+    }
     j->mean /= (double)n;
     j->nchunks = chunks_for(n);
     slope_and_bound(x, n, j->nchunks, independent, &j->slope, &j->bound, j->chunk_growth);

@@ -53,6 +53,7 @@ typedef struct lc_judgement {
     int nchunks;
     double chunk_growth[LC_CHUNKS_MAX];
     double chunk_rate_min;    /* smallest growth per cycle of a chunk */
+    double sample_min;        /* smallest sample (block pair or cycle), per cycle */
     double late_slope, late_bound;   /* second half of the judged cycles */
     enum lc_verdict verdict;
 } lc_judgement;

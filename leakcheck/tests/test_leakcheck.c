@@ -288,22 +288,28 @@ START_TEST(test_too_few_cycles)
     expect_usage((const char *[]){"--import", "json", "--cycles", "2", "--warmup", "1", "--json", NULL},
                  "at least 4 judged cycles");
     expect_usage((const char *[]){"--scan", "--import", "json", "--cycles", "1", NULL}, "at least 4 judged cycles");
-    /* --no-allocator-wrapper: only rss, malloc and the C-heap meter (not
+    /* --no-allocator-wrapper: only rss, malloc and the C-heap meters (not
        Python's allocator wrapper: heap.plain is then all of heap) can judge;
-       whatever they say, the run's verdict follows the rule of --help */
+       whatever they say, the run's verdict follows the rule of --help: with
+       py off only rss sees Python's objects, so "no leak" needs rss,
+       heap.plain, heap.blocks and fds to say so */
     result r = run_tool((const char *[]){"--no-allocator-wrapper", "--cycles", "4", "--warmup", "1", "--json", NULL});
     ck_assert_msg(json_is_object(r.json), "no JSON: exit %d\n%s", r.status, tail(r.err));
     const char *rss = verdict_of(&r, "rss"), *mal = verdict_of(&r, "malloc"), *heap = verdict_of(&r, "heap");
+    const char *hb = verdict_of(&r, "heap.blocks"), *fds = verdict_of(&r, "fds");
     const char *verdict = json_string_value(json_object_get(r.json, "verdict"));
     ck_assert_str_eq(verdict_of(&r, "py"), "unavailable");
     ck_assert_str_eq(verdict_of(&r, "heap.plain"), heap);
-    int leak = !strcmp(rss, "LEAK") || !strcmp(mal, "LEAK") || !strcmp(heap, "LEAK");
-    int ok = !strcmp(rss, "no leak") || !strcmp(mal, "no leak") || !strcmp(heap, "no leak");
+    int leak = !strcmp(rss, "LEAK") || !strcmp(mal, "LEAK") || !strcmp(heap, "LEAK") || !strcmp(hb, "LEAK") ||
+               !strcmp(fds, "LEAK");
+    /* under AddressSanitizer the heap meters are off: malloc (its allocator's figures) stands for them */
+    int heap_ok = !strcmp(heap, "unavailable") ? !strcmp(mal, "no leak") : !strcmp(heap, "no leak") && !strcmp(hb, "no leak");
+    int ok = !strcmp(rss, "no leak") && heap_ok && !strcmp(fds, "no leak");
     const char *want = leak ? "LEAK" : (ok ? "no leak" : "not judged");
     int want_status = leak ? 1 : (ok ? 0 : 4);
     ck_assert_msg(!strcmp(verdict, want) && r.status == want_status,
-                  "rss %s, malloc %s, heap %s: verdict %s exit %d, expected %s exit %d", rss, mal, heap, verdict, r.status,
-                  want, want_status);
+                  "rss %s, malloc %s, heap %s, heap.blocks %s, fds %s: verdict %s exit %d, expected %s exit %d", rss,
+                  mal, heap, hb, fds, verdict, r.status, want, want_status);
     ck_assert_int_eq(json_integer_value(json_object_get(r.json, "exit_status")), want_status);
     free_result(&r);
 }
@@ -1262,6 +1268,157 @@ START_TEST(test_noleak64_repeated)
 }
 END_TEST
 
+/* --- the run's verdict rule (README "The verdict", its table; analyse.c
+ * run_rule), a subject built for each row (tests/verdictmod.c) ---------- */
+/* What the rule promises of any finished run with --max-bytes-per-cycle 0:
+ * a count meter that is LEAK makes the run LEAK; "no leak" only where every
+ * meter that sees the subject's allocations said "no leak". */
+static void rule_holds(const result *r, const char *what)
+{
+    static const char *const counts[] = {"blocks", "heap.blocks", "refs", "fds"};
+    static const char *const needed[] = {"py", "heap.plain", "blocks", "heap.blocks", "refs", "fds"};
+    const char *verdict = json_string_value(json_object_get(r->json, "verdict"));
+    ck_assert_msg(verdict != NULL, "%s: no verdict\n%s", what, tail(r->out));
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+        const char *v = verdict_of(r, counts[i]);
+        if (v && !strcmp(v, "LEAK"))
+            ck_assert_msg(!strcmp(verdict, "LEAK") && r->status == 1, "%s: %s LEAK but the run says %s (exit %d)\n%s",
+                          what, counts[i], verdict, r->status, tail(r->out));
+    }
+    if (strcmp(verdict, "no leak") != 0) return;
+    ck_assert_int_eq(r->status, 0);
+    for (size_t i = 0; i < sizeof needed / sizeof *needed; i++) {
+        const char *v = verdict_of(r, needed[i]);
+        ck_assert_msg(!v || !strcmp(v, "no leak") || !strcmp(v, "unavailable"),
+                      "%s: the run says no leak while %s is %s\n%s", what, needed[i], v ? v : "?", tail(r->out));
+    }
+}
+
+static result vm_run(const char *module, const char *cycles)
+{
+    result r = run_tool((const char *[]){"--config", "legacy", "--import", module, "--cycles", cycles, "--warmup", "3",
+                                         "--json", NULL});
+    ck_assert_msg(json_is_object(r.json), "%s: no JSON, exit %d\n%s", module, r.status, tail(r.err));
+    rule_holds(&r, module);
+    return r;
+}
+
+static void expect_run(const result *r, const char *module, const char *verdict, int status)
+{
+    const char *v = json_string_value(json_object_get(r->json, "verdict"));
+    ck_assert_msg(v && !strcmp(v, verdict) && r->status == status, "%s: verdict %s exit %d, expected %s exit %d\n%s",
+                  module, v ? v : "?", r->status, verdict, status, tail(r->out));
+}
+
+static void expect_meter(const result *r, const char *module, const char *meter, const char *verdict)
+{
+    const char *v = verdict_of(r, meter);
+    ck_assert_msg(v && !strcmp(v, verdict), "%s: %s judged %s, expected %s\n%s", module, meter, v ? v : "(none)",
+                  verdict, tail(r->out));
+}
+
+/* 20 judged rounds each (3 + 20 x 2 legacy cycles, 2-4 s). */
+START_TEST(test_verdict_rule)
+{
+    /* a steady loss of objects: py +1,120 B exactly, blocks +20 */
+    result r = vm_run("_pyfini_vm_lists20", "20");
+    expect_run(&r, "lists20", "LEAK", 1);
+    expect_meter(&r, "lists20", "py", "LEAK");
+    expect_meter(&r, "lists20", "blocks", "LEAK");
+    double py = judged_per_cycle(&r, "py");
+    ck_assert_msg(py > 1000 && py < 1300, "lists20: py %.1f B/cycle, expected 20 empty lists (about 1.1 kB)", py);
+    free_result(&r);
+    /* objects of another size each time: bytes unevenly, blocks by one */
+    r = vm_run("_pyfini_vm_sizes", "20");
+    expect_run(&r, "sizes", "LEAK", 1);
+    expect_meter(&r, "sizes", "blocks", "LEAK");
+    free_result(&r);
+    /* a count meter alone: PyMem_Malloc(0), no byte, one block */
+    r = vm_run("_pyfini_vm_zero", "20");
+    expect_run(&r, "zero", "LEAK", 1);
+    expect_meter(&r, "zero", "blocks", "LEAK");
+    expect_meter(&r, "zero", "py", "no leak");
+    free_result(&r);
+    /* a file descriptor */
+    r = vm_run("_pyfini_vm_fd", "20");
+    expect_run(&r, "fd", "LEAK", 1);
+    expect_meter(&r, "fd", "fds", "LEAK");
+    free_result(&r);
+    /* clean, allocating and freeing a lot: every meter that sees its
+       allocations says no leak.  rss may grow in its cycles with no block
+       count behind it (3.13.0, where CPython's own per-cycle loss pins the
+       pages the subject's freed blocks leave: +455 kB against +2.5 kB; seen
+       on 3.14.10 too) - not LEAK, not "no leak" either: only rss (or malloc)
+       may be undecided */
+    r = vm_run("_pyfini_vm_churn", "20");
+    json_t *und = json_object_get(r.json, "undecided_meters");
+    size_t ui;
+    json_t *uv;
+    json_array_foreach(und, ui, uv) {
+        const char *name = json_string_value(uv);
+        ck_assert_msg(!strcmp(name, "rss") || !strcmp(name, "malloc"), "churn: %s undecided\n%s", name, tail(r.out));
+    }
+    if (json_array_size(und)) expect_run(&r, "churn", "not judged", 4);
+    else expect_run(&r, "churn", "no leak", 0);
+    free_result(&r);
+    /* a zero sub-meter never outvotes its inconclusive whole: py.mem (and
+       py) move either way, py.raw, py.obj, heap.plain stay 0 - not judged */
+    r = vm_run("_pyfini_vm_swap", "20");
+    expect_meter(&r, "swap", "py.raw", "no leak");
+    expect_meter(&r, "swap", "py.obj", "no leak");
+    ck_assert_msg(strcmp(verdict_of(&r, "py"), "no leak") != 0, "swap: py judged no leak\n%s", tail(r.out));
+    expect_run(&r, "swap", "not judged", 4);
+    free_result(&r);
+}
+END_TEST
+
+/* No LEAK from noise (issue 25, point 3): a table that grows in subject
+ * cycles and shrinks in bare ones has a positive "excess" in every block
+ * pair while the meter's own level does not grow, and no block count grows
+ * with it: inconclusive, the run not judged (exit 4) - never LEAK, never
+ * "no leak".  Before the rule: heap.plain +2.0 kB/cycle LEAK. */
+START_TEST(test_no_leak_from_noise)
+{
+    result r = vm_run("_pyfini_vm_toggle", "20");
+    expect_meter(&r, "toggle", "heap.plain", "inconclusive");
+    json_t *hp = json_object_get(json_object_get(r.json, "meters"), "heap.plain");
+    ck_assert_str_eq(json_string_value(json_object_get(hp, "overruled")), "noise");
+    expect_meter(&r, "toggle", "heap.blocks", "no leak");
+    expect_run(&r, "toggle", "not judged", 4);
+    free_result(&r);
+    /* the text report says why */
+    r = run_tool((const char *[]){"--import", "_pyfini_vm_toggle", "--cycles", "8", "--warmup", "3", NULL});
+    const char *why = strstr(r.out, "(judged inconclusive, not LEAK: ");
+    ck_assert_msg(why && strstr(why, "heap.plain") && r.status == 4, "exit %d\n%s", r.status, tail(r.out));
+    free_result(&r);
+}
+END_TEST
+
+/* At the default cycles (10 + 100): 20 empty lists per import is LEAK on
+ * every CPython, 3.11 included (issue 25: "no leak" there before the
+ * worker sized 3.11's shared tables, worker/settle.c); and CPython's _ssl
+ * on 3.11 (blocks +20 per import: PyErr_NewException in PyInit__socket) is
+ * never "no leak" while a count meter says LEAK. */
+START_TEST(test_verdict_default_cycles)
+{
+    result r = run_tool((const char *[]){"--import", "_pyfini_vm_lists20", "--json", NULL});
+    rule_holds(&r, "lists20, default cycles");
+    expect_run(&r, "lists20, default cycles", "LEAK", 1);
+    expect_meter(&r, "lists20, default cycles", "py", "LEAK");
+    double py = judged_per_cycle(&r, "py");
+    ck_assert_msg(py > 1000 && py < 1300, "lists20: py %.1f B/cycle", py);
+    free_result(&r);
+    r = run_tool((const char *[]){"--import", "_ssl", "--cycles", "20", "--json", NULL});
+    if (r.status == 2) {
+        printf("NOTE verdict_default_cycles on CPython %s: no _ssl\n", LC_TEST_PY_VERSION);
+    } else {
+        rule_holds(&r, "_ssl");
+        if (!at_least(3, 12)) expect_run(&r, "_ssl (3.11)", "LEAK", 1);
+    }
+    free_result(&r);
+}
+END_TEST
+
 static int has_frame_in(json_t *site, const char *name)
 {
     size_t k;
@@ -1419,7 +1576,9 @@ START_TEST(test_json_and_csv)
     close(fd);
     result r = run_tool((const char *[]){"--import", "json", "--cycles", "10", "--warmup", "2", "--json", "--csv", csv,
                                          NULL});
-    ck_assert_msg(r.status == 0 || r.status == 1, "exit %d\n%s", r.status, tail(r.err));
+    /* any verdict of the rule: 10 judged rounds after 2 warm-up ones may
+       leave py inconclusive (3.15.2: "not judged", exit 4) */
+    ck_assert_msg(r.status == 0 || r.status == 1 || r.status == 4, "exit %d\n%s", r.status, tail(r.err));
     ck_assert_msg(r.json != NULL, "stdout is not JSON:\n%s", tail(r.out));
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(r.json, "python"), "version")), LC_TEST_PY_VERSION);
     ck_assert_str_eq(json_string_value(json_object_get(r.json, "config")), "legacy");
@@ -1447,7 +1606,7 @@ START_TEST(test_json_and_csv)
     ck_assert(bfd >= 0);
     ck_assert(write(bfd, "x = 1\n", 6) == 6);
     close(bfd);
-    result b = run_tool((const char *[]){"--file", bad, "--cycles", "4", "--warmup", "1", "--json", NULL});
+    result b = run_tool((const char *[]){"--file", bad, "--cycles", "4", "--warmup", "3", "--json", NULL});
     unlink(bad);
     ck_assert_msg(b.status == 0 && b.json, "exit %d, JSON %s\n%s", b.status, b.json ? "ok" : "invalid", tail(b.err));
     const char *named = json_string_value(json_object_get(json_object_get(b.json, "subject"), "file"));
@@ -1534,7 +1693,7 @@ START_TEST(test_junit)
     char dir[] = "/tmp/lc-test-junit-XXXXXX", path[PATH_MAX];
     ck_assert(mkdtemp(dir) != NULL);
     /* a leaking subject: a failure of type LEAK, the report its text */
-    junit_case(dir, "leak", (const char *[]){"--import", "_pyfini_leak64", "--cycles", "4", "--warmup", "1", "--json",
+    junit_case(dir, "leak", (const char *[]){"--import", "_pyfini_leak64", "--cycles", "4", "--warmup", "3", "--json",
                                              NULL}, 1,
                (const xp[]){{"string(//testcase/@classname)", "pyfini-leakcheck.legacy"},
                             {"string(//testcase/@name)", "--import _pyfini_leak64"}, {0, 0}},
@@ -1545,7 +1704,7 @@ START_TEST(test_junit)
                             {"starts-with(//testcase/failure/@message, 'LEAK: ')", "true"},
                             {"contains(//testcase/failure/@message, 'py.raw +64 B/cycle')", "true"}, {0, 0}});
     /* a clean one: passed, the report kept as its output */
-    junit_case(dir, "noleak", (const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1",
+    junit_case(dir, "noleak", (const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "3",
                                                "--json", NULL}, 0, (const xp[]){{0, 0}},
                (const xp[]){{"count(//testcase/*)", "1"},
                             {"contains(//testcase/system-out, 'verdict: no leak')", "true"},
@@ -1558,7 +1717,7 @@ START_TEST(test_junit)
                (const xp[]){{0, 0}});
     /* --scan: one test case per module and config; 3.11 has no isolated
        interpreter: skipped there, never passed */
-    junit_case(dir, "scan", (const char *[]){"--scan", "--import", "_pyfini_leak64", "--cycles", "4", "--warmup", "1",
+    junit_case(dir, "scan", (const char *[]){"--scan", "--import", "_pyfini_leak64", "--cycles", "4", "--warmup", "3",
                                              "--json", NULL}, 1,
                (const xp[]){{"count(//testcase)", "2"},
                             {"string(//testcase[1]/@classname)", "pyfini-leakcheck.scan.legacy"},
@@ -1583,7 +1742,7 @@ START_TEST(test_junit)
     FILE *t = fopen(target, "w");
     ck_assert(t && fputs("keep", t) >= 0 && fclose(t) == 0);
     ck_assert(symlink("target.xml", link) == 0);
-    result r = run_tool((const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1", "--junit",
+    result r = run_tool((const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "3", "--junit",
                                          link, NULL});
     ck_assert_msg(r.status == 0, "exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
     struct stat st;
@@ -1596,7 +1755,7 @@ START_TEST(test_junit)
     unlink(link);
     unlink(target);
     /* an output that cannot be written: exit 2 (not 0), and the report says so */
-    r = run_tool((const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1", "--csv",
+    r = run_tool((const char *[]){"--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "3", "--csv",
                                   "/dev/full", NULL});
     ck_assert_msg(r.status == 2 && strstr(r.out, "exit status 2") && strstr(r.err, "--csv /dev/full"),
                   "--csv /dev/full: exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
@@ -1699,7 +1858,7 @@ static void plot_check(const char *dir, const char *module, int leaks)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s.svg", dir, module);
-    result r = run_tool((const char *[]){"--import", module, "--cycles", "4", "--warmup", "1", "--json", "--plot", path,
+    result r = run_tool((const char *[]){"--import", module, "--cycles", "4", "--warmup", "3", "--json", "--plot", path,
                                          NULL});
     const char *sanitized = getenv("LC_TEST_SANITIZED");
     if (!sanitized || !*sanitized)
@@ -1750,7 +1909,7 @@ END_TEST
 /* one module: "1 extension module", not "1 extension modules" (issue 10) */
 START_TEST(test_scan_one_module)
 {
-    result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "1", NULL});
+    result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_noleak64", "--cycles", "4", "--warmup", "3", NULL});
     ck_assert_msg(r.status == 0, "exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
     ck_assert_msg(strstr(r.out, "(release build), 1 extension module, ") || strstr(r.out, "(debug build), 1 extension module, "),
                   "header:\n%s", tail(r.out));
@@ -1826,10 +1985,15 @@ END_TEST
 
 /* --config (one column) and --max-bytes-per-cycle reach every row; --where
  * and --csv are refused */
+/* 3 warm-up rounds (here and in the other short runs of 4 judged cycles:
+ * json_and_csv, junit, plot, scan_one_module, scan_jobs): on 3.11 the first
+ * 5 cycles of any run still move py (3.11.7: +256 B three times, then +1,152
+ * B; 3.11.2: +128, +384, +384, +896 B; bare cycles alike, no block more),
+ * which 4 judged cycles cannot tell from a loss: "not judged" */
 START_TEST(test_scan_options)
 {
     result r = run_tool((const char *[]){"--scan", "--import", "_pyfini_leak64", "--config", "legacy",
-                                         "--max-bytes-per-cycle", "100", "--cycles", "4", "--warmup", "0", "--json", NULL});
+                                         "--max-bytes-per-cycle", "100", "--cycles", "4", "--warmup", "3", "--json", NULL});
     ck_assert_msg(r.status == 0, "64 B/cycle under --max-bytes-per-cycle 100: exit %d\n%s%s", r.status, tail(r.out),
                   tail(r.err));
     ck_assert_str_eq(scan_status_of(&r, "_pyfini_leak64", "legacy"), "ok");
@@ -1906,7 +2070,7 @@ START_TEST(test_scan_jobs)
     snprintf(path, sizeof path, "%s/scan.svg", dir);
     /* three rows of three classes; the missing module's cells cost a worker start only (CI time) */
     const char *args[32] = {"--scan", "--import", "_pyfini_noleak64", "--import", "_pyfini_leak64", "--import",
-                            "no_such_module_pyfini", "--cycles", "4", "--warmup", "0", "--json", "--jobs", "1", NULL};
+                            "no_such_module_pyfini", "--cycles", "4", "--warmup", "3", "--json", "--jobs", "1", NULL};
     result serial = run_tool(args);
     args[13] = "2";
 #if LC_TEST_HAVE_PLOT
@@ -2012,6 +2176,9 @@ int main(void)
         {"leak64_legacy", test_leak64_legacy, 120},
         {"leak64_isolated", test_leak64_isolated, 120},
         {"noleak64_repeated", test_noleak64_repeated, 300},
+        {"verdict_rule", test_verdict_rule, 240},
+        {"no_leak_from_noise", test_no_leak_from_noise, 120},
+        {"verdict_default_cycles", test_verdict_default_cycles, 240},
         {"where_names_function", test_where_names_function, 120},
         {"where_python_lines", test_where_python_lines, 180},
         {"where_subject_creates_interpreter", test_where_subject_creates_interpreter, 120},

@@ -289,6 +289,7 @@ static void cycle(const wk_request *q, PyThreadState *main_tstate, long seq, con
     if (pass == 2) wk_heap_lines_detach();
     int64_t obm = where_obm ? lc_alloc_obm_end() : -1;
     PyThreadState_Swap(main_tstate);
+    if (!pass) wk_settle_shared();
     wk_fds_check();
     wk_children_collect(seq);
     /* in an interpreter that is not legacy, a failure may be its refusal */
@@ -494,6 +495,9 @@ static void report_info(const wk_request *q)
 static void run_cycles(const wk_request *q, PyThreadState *main_tstate)
 {
     int64_t v[LC_NVALUES];
+    /* 3.11: the shared tables settled (and the interned dict found, which
+       reads /proc/self/maps) before the first reading, not in cycle 1 */
+    wk_settle_shared();
     wk_reading(q, v);
     v[LC_V_TIME_NS] = 0;
     lc_line l;

@@ -43,6 +43,11 @@ void wk_meters_open(void);                    /* before anything else */
 void wk_meters_report(const wk_request *q);   /* A records; after Py_Initialize */
 void wk_reading(const wk_request *q, int64_t v[LC_NVALUES]);
 
+/* settle.c: CPython 3.11's tables shared with the main interpreter, sized
+ * by their contents (after each cycle, in the main interpreter) */
+int wk_settle_available(void);
+void wk_settle_shared(void);
+
 /* subject.c */
 void wk_describe_exception(char *out, size_t n);   /* the pending exception as text; clears it */
 int wk_run_subject(const wk_request *q, char *err, size_t n, int *refused);   /* 0, or -1 and err */
