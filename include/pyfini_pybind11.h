@@ -583,6 +583,13 @@ inline Py_ssize_t def_submodule_leak_per_call()
     return leaked;
 }
 
+inline bool is_function_record(PyObject *o)
+{
+    namespace fr = pbd::function_record_PyTypeObject_methods;
+    return o != nullptr && (std::strcmp(Py_TYPE(o)->tp_name, fr::tp_qualname_impl) == 0 ||
+                            std::strcmp(Py_TYPE(o)->tp_name, fr::tp_plainname_impl) == 0);
+}
+
 /* The shared object an address is in (its load address), or nullptr. */
 inline const void *object_of(const void *addr)
 {
@@ -590,8 +597,8 @@ inline const void *object_of(const void *addr)
     return addr != nullptr && dladdr(addr, &info) != 0 ? info.dli_fbase : nullptr;
 }
 
-/* The extension module at the top of `name` (a.b.c -> a) if a shared object
-   attached here defined it, else nullptr (borrowed). */
+/* The extension module at the top of `name` (a.b.c -> a) if pybind11 in a
+   shared object defined it - attached here or not - else nullptr (borrowed). */
 inline PyObject *attached_top_module(const interp_rec *rec, PyObject *modules, const char *name)
 {
     std::string top(name, std::strcspn(name, "."));
@@ -604,6 +611,18 @@ inline PyObject *attached_top_module(const interp_rec *rec, PyObject *modules, c
     }
     for (size_t i = 0; i < rec->nmods; i++) {
         if (object_of(reinterpret_cast<const void *>(rec->mods[i].ops->prime)) == obj) {
+            return m;
+        }
+    }
+    /* a pybind11 module of a shared object that did not attach (one its user
+       cannot rebuild): a function of its own (a cpp_function, whose self is
+       a pybind11 function record from the same shared object) in its dict */
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    PyObject *d = PyModule_GetDict(m);
+    while (d != nullptr && PyDict_Next(d, &pos, &key, &value)) {
+        if (PyCFunction_Check(value) && is_function_record(PyCFunction_GET_SELF(value)) &&
+            object_of(reinterpret_cast<const void *>(PyCFunction_GET_FUNCTION(value))) == obj) {
             return m;
         }
     }
@@ -623,7 +642,7 @@ inline int made_by_def_submodule(PyObject *sub, PyObject *top)
 }
 
 /* At USER (modules alive): give back the references leaked by each
-   def_submodule of an attached shared object's module. */
+   def_submodule of a pybind11 module's (attached or not). */
 inline void give_back_def_submodule_refs(const interp_rec *rec)
 {
     PyObject *modules = PyImport_GetModuleDict();
@@ -667,12 +686,6 @@ inline void give_back_def_submodule_refs(const interp_rec *rec)
    finds them; nothing else enumerates a static type's weak references). The
    registered_types_py entries stay until the internals are deleted. Pinned:
    tests/pybind11 pin_type_cache_weakref. */
-inline bool is_function_record(PyObject *o)
-{
-    namespace fr = pbd::function_record_PyTypeObject_methods;
-    return o != nullptr && (std::strcmp(Py_TYPE(o)->tp_name, fr::tp_qualname_impl) == 0 ||
-                            std::strcmp(Py_TYPE(o)->tp_name, fr::tp_plainname_impl) == 0);
-}
 
 /* 1 if t dies only at POST_SHUTDOWN, or never, in this interpreter. */
 inline bool outlives_internals(const interp_rec *rec, const pbd::internals &in, PyTypeObject *t)
