@@ -133,6 +133,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <typeindex>
 #include <unordered_set>
 #include <vector>
 
@@ -247,6 +248,15 @@ struct module_rec {
 
 /* The record of one interpreter (a pyfini_state: zero-filled, freed by pyfini
    after clear()). */
+/* A pybind11 class whose metatype is not pybind11's (py::metaclass()): when
+   it dies, CPython's type_dealloc runs, not pybind11_meta_dealloc, so its
+   type_info is never deleted (note_class, free_orphan_type_infos). */
+struct foreign_meta_class {
+    PyObject *wr;                            /* weak reference to the class */
+    PyTypeObject *type;                      /* compared, never read once dead */
+    pbd::type_info *tinfo;
+};
+
 struct interp_rec {
     module_rec *mods;                        /* malloc'd */
     size_t nmods, capmods;
@@ -258,6 +268,8 @@ struct interp_rec {
     PyObject **classes;                      /* weak references to the classes alive at USER (malloc'd) */
     PyObject **scopeless;                    /* the same, of those pybind11 made without a scope */
     size_t nscopeless, capscopeless;
+    foreign_meta_class *foreign_meta;        /* malloc'd */
+    size_t nforeign_meta, capforeign_meta;
     PyInterpreterState *interp;              /* this record's interpreter */
     int64_t interp_id;
     size_t nclasses, capclasses;
@@ -748,6 +760,62 @@ inline void give_up_type_cache_weakrefs(const interp_rec *rec)
    entries). So at USER the classes are found alive among the GC's objects
    and held by weak references; at POST_SHUTDOWN those still alive are
    cleared. Pinned: tests/pybind11 pin_enum_cycle. */
+/* A pybind11 class made with another metatype than pybind11's (or a subtype
+   of it): its type_info, to be deleted at POST_SHUTDOWN if the class died
+   without pybind11_meta_dealloc. */
+inline void note_foreign_meta(interp_rec *rec, pbd::internals &in, PyTypeObject *cls)
+{
+    if (in.default_metaclass == nullptr || PyType_IsSubtype(Py_TYPE(cls), in.default_metaclass)) {
+        return;
+    }
+    auto found = in.registered_types_py.find(cls);
+    if (found == in.registered_types_py.end() || found->second.size() != 1 || found->second[0]->type != cls) {
+        return;
+    }
+    PyObject *wr = PyWeakref_NewRef(reinterpret_cast<PyObject *>(cls), nullptr);
+    if (wr == nullptr || !grow(rec->foreign_meta, rec->capforeign_meta, rec->nforeign_meta)) {
+        Py_XDECREF(wr);
+        PyErr_Clear();
+        return;   /* its type_info stays pybind11's (184 B of C heap) */
+    }
+    rec->foreign_meta[rec->nforeign_meta++] = foreign_meta_class{wr, cls, found->second[0]};
+}
+
+/* POST_SHUTDOWN, after break_class_cycles: the type_info of each such class
+   that died, if pybind11 still lists it (it did not clean up), is taken out
+   and deleted - what pybind11_meta_dealloc does for its own metatype. */
+inline PyObject *weakref_referent(PyObject *wr);
+
+inline void free_orphan_type_infos(interp_rec *rec, pbd::internals *in)
+{
+    for (size_t i = 0; i < rec->nforeign_meta; i++) {
+        foreign_meta_class &f = rec->foreign_meta[i];
+        PyObject *cls = weakref_referent(f.wr);
+        Py_DECREF(f.wr);
+        if (cls != nullptr) {
+            Py_DECREF(cls);   /* alive (a leak reported elsewhere): its type_info stays */
+            continue;
+        }
+        auto found = in != nullptr ? in->registered_types_py.find(f.type) : decltype(in->registered_types_py.end()){};
+        if (in == nullptr || found == in->registered_types_py.end() || found->second.size() != 1 ||
+            found->second[0] != f.tinfo) {
+            continue;
+        }
+        in->registered_types_py.erase(found);
+        if (!f.tinfo->module_local) {
+            in->registered_types_cpp.erase(std::type_index(*f.tinfo->cpptype));
+            in->registered_types_cpp_fast.erase(f.tinfo->cpptype);
+            for (const std::type_info *alias : f.tinfo->alias_chain) {
+                in->registered_types_cpp_fast.erase(alias);
+            }
+        }
+        delete f.tinfo;
+    }
+    std::free(rec->foreign_meta);
+    rec->foreign_meta = nullptr;
+    rec->nforeign_meta = rec->capforeign_meta = 0;
+}
+
 inline int note_class(PyObject *op, void *arg)
 {
     auto *rec = static_cast<interp_rec *>(arg);
@@ -778,6 +846,7 @@ inline int note_class(PyObject *op, void *arg)
     if (scopeless) {
         rec->scopeless[rec->nscopeless++] = wr2;
     }
+    note_foreign_meta(rec, *in, (PyTypeObject *)op);
     return 1;
 }
 
@@ -1026,6 +1095,7 @@ inline void interp_clear(void *p)
     /* 0. the classes still alive after the last GC: their cycles broken
        while the internals are intact (their instances' deallocs need them) */
     break_class_cycles(rec);
+    free_orphan_type_infos(rec, in);
     if (in != nullptr) {
         report_live_instances(rec, *in);
     }

@@ -53,6 +53,9 @@ struct Open {};
 struct Local {
     int l = 5;
 };
+struct TypeMeta {
+    int t = 6;
+};
 struct Matrix {
     std::vector<float> data = std::vector<float>(6, 1.5f);
 };
@@ -104,6 +107,11 @@ void bind_inheritance(py::module_ &m)
     py::class_<Final>(m, "Final", py::is_final()).def(py::init<>()).def_readwrite("f", &Final::f);
     py::class_<Open>(m, "Open", py::dynamic_attr()).def(py::init<>());
     py::class_<Local>(m, "Local", py::module_local()).def(py::init<>()).def_readwrite("l", &Local::l);
+    // another metatype than pybind11's: CPython's type_dealloc frees the class
+    // (pybind11_meta_dealloc never runs for it)
+    py::class_<TypeMeta>(m, "TypeMeta", py::metaclass(reinterpret_cast<PyObject *>(&PyType_Type)))
+        .def(py::init<>())
+        .def_readwrite("t", &TypeMeta::t);
 }
 
 void bind_buffers(py::module_ &m)

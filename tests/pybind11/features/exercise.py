@@ -82,7 +82,7 @@ def use_inheritance():
         pass
     o = PyOpen()
     o.me = o
-    assert m.Local().l == 5
+    assert m.Local().l == 5 and m.TypeMeta().t == 6 and type(m.TypeMeta) is type
 
 
 def use_buffers():

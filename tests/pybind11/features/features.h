@@ -16,7 +16,8 @@ void bind_statics(py::module_ &m);         //   def_*_static, a class attr of it
 void bind_exceptions(py::module_ &m);      // exceptions.cpp: py::exception, register_*
 void bind_holders(py::module_ &m);         // classes.cpp: classh, shared_ptr, trampolines, MI, ...
 void bind_trampolines(py::module_ &m);
-void bind_inheritance(py::module_ &m);     //   multiple inheritance, dynamic_attr, is_final, module_local
+void bind_inheritance(py::module_ &m);     //   multiple inheritance, dynamic_attr, is_final, module_local,
+                                           //   py::metaclass
 void bind_buffers(py::module_ &m);         //   buffer_protocol, memoryview
 void bind_pickle(py::module_ &m);          //   py::pickle, factory constructors
 void bind_containers(py::module_ &m);      // containers.cpp: bind_vector/bind_map, STL casters, iterators
