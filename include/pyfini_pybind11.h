@@ -654,12 +654,49 @@ inline int made_by_def_submodule(PyObject *sub, PyObject *top)
 }
 
 /* At USER (modules alive): give back the references leaked by each
-   def_submodule of a pybind11 module's (attached or not). */
+   def_submodule of a pybind11 module's (attached or not). Each submodule
+   OBJECT counts once (a submodule also in sys.modules under another name
+   would otherwise be given back twice: a use after free of __file__), and
+   never more is given back than the references that no object the garbage
+   collector sees holds (Py_REFCNT(__file__) minus the references found by
+   traversing every GC object: the modules' dicts, the spec's origin...),
+   so that a module made some other way that looks like a def_submodule one
+   (a bare module holding the parent's very __file__) cannot drive the
+   string to zero while objects still hold it. A def_submodule called twice with one
+   name leaks two references with one trace: the second is left (LEAK,
+   never a crash). Pinned: tests/pybind11 pin_def_submodule_leak,
+   def_submodule_alias (repro/atk.cpp submodule_alias, submodule_twice). */
+struct held_by_gc {
+    PyObject *target;
+    Py_ssize_t n;
+};
+
+inline int count_ref(PyObject *o, void *arg)
+{
+    auto *c = static_cast<held_by_gc *>(arg);
+    c->n += o == c->target;
+    return 0;
+}
+
+inline int count_holders(PyObject *op, void *arg)
+{
+    traverseproc t = Py_TYPE(op)->tp_traverse;
+    if (t != nullptr) {
+        t(op, &count_ref, arg);
+    }
+    return 1;
+}
+
 inline void give_back_def_submodule_refs(const interp_rec *rec)
 {
     PyObject *modules = PyImport_GetModuleDict();
     PyObject *items = modules != nullptr && PyDict_Check(modules) ? PyDict_Items(modules) : nullptr;
     Py_ssize_t per_call = items != nullptr ? def_submodule_leak_per_call() : -1;
+    struct group {
+        PyObject *file;                    /* borrowed: the top's dict holds it */
+        std::vector<PyObject *> subs;      /* distinct submodules (borrowed: items holds them) */
+    };
+    std::vector<group> groups;
     for (Py_ssize_t i = 0; per_call > 0 && i < PyList_GET_SIZE(items); i++) {
         PyObject *name = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 0);
         PyObject *sub = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 1);
@@ -669,11 +706,35 @@ inline void give_back_def_submodule_refs(const interp_rec *rec)
             continue;
         }
         PyObject *top = attached_top_module(rec, modules, n);
-        if (top != nullptr && made_by_def_submodule(sub, top)) {
-            PyObject *file = PyDict_GetItemString(PyModule_GetDict(top), "__file__");
-            for (Py_ssize_t k = 0; k < per_call; k++) {
-                Py_DECREF(file);
-            }
+        if (top == nullptr || !made_by_def_submodule(sub, top)) {
+            continue;
+        }
+        PyObject *file = PyDict_GetItemString(PyModule_GetDict(top), "__file__");
+        auto g = groups.begin();
+        while (g != groups.end() && g->file != file) {
+            ++g;
+        }
+        if (g == groups.end()) {
+            groups.push_back(group{file, {}});
+            g = groups.end() - 1;
+        }
+        bool seen = false;
+        for (PyObject *s : g->subs) {
+            seen = seen || s == sub;
+        }
+        if (!seen) {
+            g->subs.push_back(sub);
+        }
+    }
+    for (const group &g : groups) {
+        /* the references no object the garbage collector sees holds (the
+           modules' dicts, the spec's origin, the loader's path...) */
+        held_by_gc count{g.file, 0};
+        PyUnstable_GC_VisitObjects(&count_holders, &count);
+        Py_ssize_t unseen = Py_REFCNT(g.file) - count.n;
+        Py_ssize_t give = per_call * (Py_ssize_t)g.subs.size();
+        for (Py_ssize_t k = 0; k < give && k < unseen; k++) {
+            Py_DECREF(g.file);
         }
     }
     Py_XDECREF(items);
