@@ -566,6 +566,36 @@ START_TEST(pin_def_submodule_leak)
 }
 END_TEST
 
+START_TEST(test_def_submodule_give_back)
+{
+    // give_back_def_submodule_refs: one reference per submodule OBJECT
+    // (pb11_features.sub and .sub.deeper: 2), none for the same submodule
+    // under a second sys.modules name nor for a bare module holding the
+    // parent's very __file__ that def_submodule did not make, and nothing
+    // more when called again (at_user calls it at Py_FinalizeEx). Before:
+    // 4 given back, a negative reference count (Fatal Python error in a
+    // debug build; repro/atk.cpp submodule_alias, fake_sub)
+    setenv("PB11_FEATURES", "submodules", 1);
+    setenv("PB11_ATTACH", "1", 1);
+    init_main(false);
+    run("import sys, types\nimport pb11_features as m\nf = m.__file__\n"
+        "sys.modules['pb11_features.sub_alias'] = m.sub\n"
+        "fake = types.ModuleType('pb11_features.fake'); fake.__file__ = f\n"
+        "sys.modules['pb11_features.fake'] = fake; del fake\n");
+    PyObject *f = PyDict_GetItemString(PyModule_GetDict(PyImport_AddModule("__main__")), "f");
+    ck_assert_ptr_nonnull(f);
+    auto *rec = pyfini_pybind11::detail::find_rec();
+    ck_assert_ptr_nonnull(rec);
+    Py_ssize_t before = Py_REFCNT(f);
+    pyfini_pybind11::detail::give_back_def_submodule_refs(rec);
+    Py_ssize_t mid = Py_REFCNT(f);
+    pyfini_pybind11::detail::give_back_def_submodule_refs(rec);
+    ck_assert_int_eq(before - mid, 2);
+    ck_assert_int_eq(Py_REFCNT(f), mid);
+    ck_assert_int_eq(Py_FinalizeEx(), 0);
+}
+END_TEST
+
 START_TEST(pin_type_cache_weakref)
 {
     // pybind11.h all_type_info_get_cache(): a cast looks up a plain type
@@ -837,6 +867,7 @@ int main(int argc, char **argv)
         ENTRY(test_static_property_dealloc_repaired),
         ENTRY(pin_enum_cycle),
         ENTRY(pin_def_submodule_leak),
+        ENTRY(test_def_submodule_give_back),
         ENTRY(pin_type_cache_weakref),
         ENTRY(pin_scopeless_class_reference),
         ENTRY(test_isolated_two_modules_cycles),
