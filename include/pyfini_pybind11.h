@@ -468,20 +468,22 @@ inline const module_ops &this_module()
 
 /* Installed as the metaclass's tp_dealloc by attach(): pybind11's dealloc,
    then the reference the dead class held on its metaclass (what
-   subtype_dealloc would have given back). Called through subtype_dealloc for
-   a Python subclass of the metaclass, which gives back its own reference. */
+   subtype_dealloc would have given back). Also when called through
+   subtype_dealloc, for a class whose metaclass is a Python subclass of
+   pybind11's (class M(type(PbBase), abc.ABCMeta)): subtype_dealloc gives back
+   the type reference only when the base dealloc it calls is a static type's
+   (Objects/typeobject.c, type_needs_decref); this base is a heap type, whose
+   dealloc must do it (CPython 3.8+). Pinned: repro/atk.cpp pymeta (M kept
+   one reference per dead class, and through it pybind11's metaclass). */
 extern "C" inline void metaclass_dealloc_repaired(PyObject *cls)
 {
     PyTypeObject *meta = Py_TYPE(cls);
-    bool direct = meta->tp_dealloc == &metaclass_dealloc_repaired;
     interp_rec *rec = find_rec();
     destructor orig = rec != nullptr && rec->metaclass_dealloc != nullptr
                           ? rec->metaclass_dealloc
                           : &pbd::pybind11_meta_dealloc;
     orig(cls);
-    if (direct) {
-        Py_DECREF(meta);
-    }
+    Py_DECREF(meta);
 }
 
 /* After the internals are freed: the class's own dealloc without pybind11's
@@ -489,11 +491,8 @@ extern "C" inline void metaclass_dealloc_repaired(PyObject *cls)
 extern "C" inline void metaclass_dealloc_after(PyObject *cls)
 {
     PyTypeObject *meta = Py_TYPE(cls);
-    bool direct = meta->tp_dealloc == &metaclass_dealloc_after;
     PyType_Type.tp_dealloc(cls);
-    if (direct) {
-        Py_DECREF(meta);
-    }
+    Py_DECREF(meta);
 }
 
 /* ---- the static property type -------------------------------------------- */

@@ -1,6 +1,7 @@
 # tests/pybind11/features/exercise.py - uses what pb11_features bound (calls,
 # iterates, raises and catches, subclasses in Python, pickles), in the
 # interpreter pyfini-leakcheck creates. Run with --file.
+import abc
 import array
 import os
 import pickle
@@ -70,6 +71,20 @@ def use_inheritance():
     b = m.Both()
     b.extra = [b]   # a cycle through the instance dict
     assert b.a + b.b + b.c == 6 and m.sum_base2(b) == 2
+    # a Python metaclass deriving from pybind11's (abstract pybind11 subclasses)
+
+    class ABCPb(type(m.Base1), abc.ABCMeta):
+        pass
+
+    class Iface(m.Base1, metaclass=ABCPb):
+        @abc.abstractmethod
+        def f(self):
+            pass
+
+    class Impl(Iface):
+        def f(self):
+            return 1
+    assert Impl().f() == 1 and Impl().a == 1
     try:
         class Sub(m.Final):
             pass
