@@ -511,16 +511,16 @@ extern "C" inline void metaclass_dealloc_after(PyObject *cls)
 extern "C" inline void static_property_dealloc_repaired(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    bool direct = tp->tp_dealloc == &static_property_dealloc_repaired;
     /* as subtype_dealloc does: untracked while the dict is cleared (its
        values may run code), tracked again for the base's dealloc */
     PyObject_GC_UnTrack(self);
     pbd::pybind11_clear(self);
     PyObject_GC_Track(self);
     PyProperty_Type.tp_dealloc(self);
-    if (direct) {
-        Py_DECREF(tp);
-    }
+    /* always: for a Python subclass's instance too, as subtype_dealloc gives
+       back the type's reference only when its base is a static type
+       (Objects/typeobject.c, type_needs_decref) - this base is a heap type */
+    Py_DECREF(tp);
 }
 
 extern "C" inline int static_property_traverse_repaired(PyObject *self, visitproc visit, void *arg)
