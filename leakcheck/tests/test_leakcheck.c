@@ -159,6 +159,11 @@ static double judged_per_cycle(const result *r, const char *meter)
 
 static int at_least(int major, int minor) { return py_major > major || (py_major == major && py_minor >= minor); }
 
+/* a run that finished and judged: no leak (0), LEAK (1) or inconclusive (4,
+ * a short run on a loaded machine: e.g. 4 bare cycles under ASan in CI);
+ * for tests of the mechanics, not of a verdict */
+static int finished_run(int status) { return status == 0 || status == 1 || status == 4; }
+
 static void no_bytes_meter_leaks(const result *r)
 {
     static const char *const bytes[] = {"rss", "malloc", "heap", "heap.plain", "py", "py.raw", "py.mem", "py.obj",
@@ -616,7 +621,7 @@ START_TEST(test_config_needs_312)
 {
     result r = run_tool((const char *[]){"--config", "isolated", "--cycles", "4", "--json", NULL});
     if (at_least(3, 12)) {
-        ck_assert_msg(r.status == 0 || r.status == 1, "3.12+: isolated runs; exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
+        ck_assert_msg(finished_run(r.status), "3.12+: isolated runs; exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
     } else {
         ck_assert_msg(r.status == 2, "3.11: expected exit 2, got %d", r.status);
         ck_assert_msg(strstr(r.err, "needs CPython 3.12 or newer") != NULL, "stderr: %s", tail(r.err));
@@ -1014,7 +1019,7 @@ START_TEST(test_decimal_isolated)
         ck_assert_msg(json_integer_value(json_object_get(c, "signal")) == 6
                       || json_integer_value(json_object_get(c, "signal")) == 11, "3.12.1: SIGABRT or SIGSEGV expected");
     } else {
-        ck_assert_msg(r.status == 0 || r.status == 1, "%d.%d.%d: expected no crash, exit %d\n%s", py_major, py_minor,
+        ck_assert_msg(finished_run(r.status), "%d.%d.%d: expected no crash, exit %d\n%s", py_major, py_minor,
                       py_patch, r.status, tail(r.out));
     }
     free_result(&r);
@@ -1050,7 +1055,7 @@ END_TEST
 START_TEST(test_bare_legacy)
 {
     result r = run_tool((const char *[]){"--cycles", "60", "--json", NULL});
-    ck_assert_msg(r.status == 0 || r.status == 1, "exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
+    ck_assert_msg(finished_run(r.status), "exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
     if (at_least(3, 14)) {
         ck_assert_msg(r.status == 0, "%d.%d: expected no leak, exit %d\n%s", py_major, py_minor, r.status, tail(r.out));
         no_bytes_meter_leaks(&r);
@@ -1561,7 +1566,7 @@ START_TEST(test_where_subject_creates_interpreter)
                                          "i.exec('import json')\n"
                                          "i.close()\n",
                                          NULL});
-    ck_assert_msg(r.status == 0 || r.status == 1, "exit %d (3 = the worker crashed)\n%s%s", r.status, tail(r.out),
+    ck_assert_msg(finished_run(r.status), "exit %d (3 = the worker crashed)\n%s%s", r.status, tail(r.out),
                   tail(r.err));
     const char *how = json_string_value(json_object_get(r.json, "where_python"));
     ck_assert_msg(how && strncmp(how, "unavailable on CPython 3.1", 26) == 0, "where_python: %s", how ? how : "(none)");
@@ -2143,7 +2148,7 @@ START_TEST(test_other_python)
     const char *other = getenv("LC_TEST_OTHER_PYTHON");   /* X.Y.Z of another host CPython, set by CMake */
     if (!other || !*other) return;
     result r = run_tool((const char *[]){"--python", other, "--cycles", "8", "--json", NULL});
-    ck_assert_msg(r.status == 0 || r.status == 1, "--python %s: exit %d\n%s", other, r.status, tail(r.err));
+    ck_assert_msg(finished_run(r.status), "--python %s: exit %d\n%s", other, r.status, tail(r.err));
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(r.json, "python"), "version")), other);
     free_result(&r);
 }
