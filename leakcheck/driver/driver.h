@@ -48,6 +48,7 @@ typedef struct lc_request {
     long long max_rss;          /* --max-rss: bytes of the worker's resident set, 0 no limit */
     int json, where, scan, baseline, demo, no_wrapper;
     int quiet;                  /* --quiet: no progress line */
+    int early_stop;             /* --early-stop: --cycles is a cap (run.c, early_stop_check) */
     int list_extensions;        /* the worker lists extension modules instead of running cycles */
     int version;                /* --version: print the version and the CPython, run nothing */
     char worker[LC_PATH_MAX];   /* the worker that runs it */
@@ -160,6 +161,7 @@ enum lc_outcome {
 static inline int lc_outcome_crashed(int o) { return o == LC_OUT_CRASH || o == LC_OUT_HANG || o == LC_OUT_MEMORY; }
 
 #define LC_TAIL_MAX 4096
+#define LC_RUN_SIG_MAX 16   /* >= LC_NMETERS + 1 (checked in run.c) */
 typedef struct lc_run {
     /* what was asked */
     lc_schedule sched;
@@ -168,6 +170,15 @@ typedef struct lc_run {
     long long max_rss;  /* --max-rss, bytes; 0 no limit */
     int progress;       /* print a progress line on stderr */
     int parallel;       /* one of --scan --jobs' threads: short waits (see run.c) */
+    /* --early-stop: the worker's control socket (-1: none), the allowed loss
+       the checkpoints judge with, the rounds planned (the cap) and, once
+       stopped, the rounds run; the last checkpoint's verdicts (LC_NMETERS
+       meters' verdicts + the run's) */
+    int ctl_fd;
+    double max_bytes;
+    long rounds_cap, stopped_at;
+    int checkpoints;
+    int last_sig[LC_RUN_SIG_MAX], have_last_sig;
     double started, drawn;   /* lc_now() at the start, at the last progress line */
     /* what the worker said */
     char version[64], abiflags[16], executable[1024], compiler[256], configs[256];

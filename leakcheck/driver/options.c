@@ -76,6 +76,12 @@ static void help_subject_and_run(void)
         "The run:\n"
         "  --cycles N        judged cycles (default 100; --cycles and --warmup: at most 10^9)\n"
         "  --warmup W        cycles measured first but not judged (default 10)\n"
+        "  --early-stop      --cycles is a cap: the run is judged after every %d judged\n"
+        "                    cycles (blocks of 1) and ends as soon as its verdict is LEAK or\n"
+        "                    no leak, with the same verdict of every exact meter, at two\n"
+        "                    such points in a row (at %d cycles at the earliest); the noisy\n"
+        "                    meters (rss, malloc) of the shorter run may read inconclusive,\n"
+        "                    which never makes \"no leak\" (the pytest plugin's default)\n"
         "  --no-baseline     judge the subject's cycles as they are.  By default every\n"
         "                    subject cycle is paired with a bare cycle of the same config\n"
         "                    and the subject's EXCESS is judged, so that what CPython itself\n"
@@ -90,7 +96,7 @@ static void help_subject_and_run(void)
         "                    group are killed, the verdict is \"memory limit\" (exit 3)\n"
         "  --no-allocator-wrapper  do not wrap Python's allocators: undistorted rss and\n"
         "                    malloc figures, but the py* and blocks meters are off\n"
-        "\n", ram);
+        "\n", LC_EARLY_STOP_ROUNDS, 2 * LC_EARLY_STOP_ROUNDS, ram);
 }
 
 static void help_meters_and_verdict(void)
@@ -246,7 +252,7 @@ static long parse_int(const char *name, const char *s, long min)
 
 enum { O_CONFIG = 1000, O_IMPORT, O_CODE, O_FILE, O_CYCLES, O_WARMUP, O_PYTHON, O_MAXB, O_JSON, O_CSV,
        O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_JUNIT, O_QUIET,
-       O_PLOT, O_JOBS, O_MAXRSS, O_LAST = O_MAXRSS };
+       O_PLOT, O_JOBS, O_MAXRSS, O_EARLY, O_LAST = O_EARLY };
 
 static void set_config(lc_request *q, const char *name)
 {
@@ -303,6 +309,7 @@ static void apply_option(lc_request *q, int c, char **argv)
     case O_DEMO: q->demo = 1; break;
     case O_NOWRAP: q->no_wrapper = 1; break;
     case O_QUIET: q->quiet = 1; break;
+    case O_EARLY: q->early_stop = 1; break;
     case 'h':
     case O_HELP:
         help();
@@ -342,6 +349,7 @@ static void check_request(const lc_request *q)
     if (q->scan && q->where)
         lc_usage_error("--scan runs few cycles per module and no --where: run --import MOD --where for one row");
     if (q->scan && q->csv) lc_usage_error("--scan writes no --csv: run --import MOD --csv FILE for one row");
+    if (q->early_stop && q->demo) lc_usage_error("--demo runs its own schedule: no --early-stop");
     if (q->jobs && !q->scan) lc_usage_error("--jobs %ld: only --scan runs workers in parallel", q->jobs);
     if (q->plot && q->demo) lc_usage_error("--demo draws no --plot: run one check or --scan with --plot");
     char why[256];
@@ -364,7 +372,7 @@ int lc_parse_args_try(lc_request *q, int argc, char **argv, char *err, size_t er
         {"version", no_argument, 0, O_VERSION},       {"no-allocator-wrapper", no_argument, 0, O_NOWRAP},
         {"junit", required_argument, 0, O_JUNIT},      {"quiet", no_argument, 0, O_QUIET},
         {"plot", required_argument, 0, O_PLOT},       {"jobs", required_argument, 0, O_JOBS},
-        {"max-rss", required_argument, 0, O_MAXRSS},
+        {"max-rss", required_argument, 0, O_MAXRSS},  {"early-stop", no_argument, 0, O_EARLY},
         {0, 0, 0, 0}};
     memset(q, 0, sizeof *q);
     q->config = &interp_configs[INTERP_LEGACY];

@@ -273,6 +273,17 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
     set(o, "tool_version", lc_json_str(LC_VERSION));
     set(o, "python", lc_python_json(q, r));
     request_json(o, q);
+    set(o, "cycles", json_integer(r->sched.cycles));   /* judged rounds run: fewer than asked after an early stop */
+    if (q->early_stop) {
+        json_t *e = json_object();
+        set(e, "cap", json_integer(q->cycles));
+        set(e, "every", json_integer(LC_EARLY_STOP_ROUNDS));
+        set(e, "checkpoints", json_integer(r->checkpoints));
+        set(e, "stopped_at", r->stopped_at ? json_integer(r->stopped_at) : json_null());
+        set(o, "early_stop", e);
+    } else {
+        set(o, "early_stop", json_null());
+    }
     findings_json(o, q, r, a);
     set(o, "verdict", lc_json_str(lc_run_verdict(r, a)));
     set(o, "subject_stderr", stderr_json(&r->err));

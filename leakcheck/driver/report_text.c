@@ -320,10 +320,16 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
     if (lc_paired(q))
         fprintf(f, "cycles   %ld warm-up + %ld judged rounds; a round = 1 subject + 1 bare cycle (judged: blocks of %ld\n"
                    "         subject cycle%s, then %ld bare one%s); judged is the subject's excess over the bare cycle\n",
-                q->warmup, q->cycles, r->sched.block, lc_plural(r->sched.block), r->sched.block, lc_plural(r->sched.block));
+                q->warmup, r->sched.cycles, r->sched.block, lc_plural(r->sched.block), r->sched.block, lc_plural(r->sched.block));
     else
-        fprintf(f, "cycles   %ld warm-up + %ld judged %s\n", q->warmup, q->cycles,
+        fprintf(f, "cycles   %ld warm-up + %ld judged %s\n", q->warmup, r->sched.cycles,
                 lc_has_subject(q) ? "subject cycles (--no-baseline: raw figures judged)" : "bare cycles");
+    if (q->early_stop && r->stopped_at)
+        fprintf(f, "early    stopped after %ld of at most %ld judged rounds: the verdict held at %ld and %ld\n",
+                r->stopped_at, q->cycles, r->stopped_at - LC_EARLY_STOP_ROUNDS, r->stopped_at);
+    else if (q->early_stop && r->outcome == LC_OUT_DONE)
+        fprintf(f, "early    no stop: the verdict was not the same at two checkpoints in a row (%d checkpoints, every %d\n"
+                   "         rounds); all %ld rounds judged\n", r->checkpoints, LC_EARLY_STOP_ROUNDS, q->cycles);
     if (r->ignored_env[0]) fprintf(f, "note     ignored from the environment: %s\n", r->ignored_env);
     if (a->n_subject || a->n_bare) {
         fprintf(f, "time     ");

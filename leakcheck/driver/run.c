@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -185,6 +186,52 @@ static int planned_cycle(const lc_run *r, const lc_cycle_id *id)
     return id->kind == (sl.subject ? 'S' : 'B') && id->round == sl.round && id->judged == sl.judged;
 }
 
+_Static_assert(LC_RUN_SIG_MAX >= LC_NMETERS + 1, "lc_run.last_sig holds every meter's verdict and the run's");
+
+/* --early-stop: the verdict of the run so far, as the final analysis
+ * would give it: -1 undecided (not judged), else LC_LEAK or LC_NO_LEAK;
+ * sig = every meter's verdict and the run's. */
+static int verdict_so_far(const lc_run *r, int sig[LC_RUN_SIG_MAX])
+{
+    analysis a;
+    lc_analyse(r, &a, r->max_bytes);
+    int v = a.leak || r->err.leak_reports ? LC_LEAK : a.no_leak ? LC_NO_LEAK : -1;
+    memset(sig, 0, sizeof(int) * LC_RUN_SIG_MAX);
+    for (size_t i = 0; i < LC_NMETERS; i++) sig[i] = a.m[i].def->exact && a.m[i].available ? (int)a.m[i].verdict : -2;
+    sig[LC_NMETERS] = v;
+    return v;
+}
+
+/* After a cycle record: at a checkpoint (every LC_EARLY_STOP_ROUNDS judged
+ * rounds, the last planned one excepted) tell the worker to stop when the
+ * run's verdict is decided and it and every exact meter's verdict are what
+ * the previous checkpoint said; else to go on. */
+static void early_stop_check(lc_run *r)
+{
+    long warm = lc_schedule_warmup_length(&r->sched), per = r->sched.paired ? 2 : 1;
+    long judged = (long)r->ncyc - warm;
+    if (r->ctl_fd < 0 || judged <= 0 || judged % (per * LC_EARLY_STOP_ROUNDS) != 0) return;
+    long rounds = judged / per;
+    if (rounds >= r->rounds_cap) return;
+    int sig[LC_RUN_SIG_MAX];
+    int v = verdict_so_far(r, sig);
+    int stop = v >= 0 && r->have_last_sig && !memcmp(sig, r->last_sig, sizeof sig);
+    memcpy(r->last_sig, sig, sizeof sig);
+    r->have_last_sig = 1;
+    r->checkpoints++;
+    char c = stop ? LC_CONTROL_STOP : LC_CONTROL_GO_ON;
+    if (send(r->ctl_fd, &c, 1, MSG_NOSIGNAL) != 1) {   /* the worker's end is gone: it runs to the cap */
+        close(r->ctl_fd);
+        r->ctl_fd = -1;
+        return;
+    }
+    if (!stop) return;
+    r->stopped_at = rounds;
+    r->sched = lc_schedule_make_block(r->sched.warmup, rounds, r->sched.subject, r->sched.paired || !r->sched.subject,
+                                      r->sched.block);
+    r->expected_cycles = lc_schedule_length(&r->sched);
+}
+
 static void take_cycle(lc_run *r, const lc_record *rec)
 {
     if (!planned_cycle(r, &rec->u.cycle.id)) return;
@@ -192,6 +239,7 @@ static void take_cycle(lc_run *r, const lc_record *rec)
     memcpy(c.v, rec->u.cycle.v, sizeof c.v);
     r->cyc = grow(r->cyc, &r->capcyc, r->ncyc + 1, sizeof *r->cyc);
     r->cyc[r->ncyc++] = c;
+    early_stop_check(r);
     progress(r);
 }
 
@@ -306,6 +354,14 @@ static void worker_argv(const lc_request *q, char **argv, char num[4][32])
     argv[n++] = "--warmup";
     argv[n++] = num[1];
     if (!q->baseline) argv[n++] = "--no-baseline";
+    if (q->early_stop) {   /* blocks of 1: a run stopped after any round is whole */
+        static char every[16];
+        snprintf(every, sizeof every, "%d", LC_EARLY_STOP_ROUNDS);
+        argv[n++] = "--block";
+        argv[n++] = "1";
+        argv[n++] = "--early-stop";
+        argv[n++] = every;
+    }
     if (q->where) argv[n++] = "--where";
     if (q->no_wrapper) argv[n++] = "--no-allocator-wrapper";
     argv[n] = NULL;
@@ -553,8 +609,9 @@ static void end_worker(lc_run *r, lc_worker *w, int *status)
 static int spawn_worker(lc_run *r, char *const argv[], lc_worker *w, int fds[3])
 {
     pthread_once(&groups_once, groups_init);
-    int recp[2], outp[2], errp[2];
-    if (pipe2(recp, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
+    int recp[2], outp[2], errp[2], ctl[2] = {-1, -1};
+    if (pipe2(recp, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0
+        || (r->rounds_cap && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0)) {
         r->outcome = LC_OUT_SPAWN;
         snprintf(r->error, sizeof r->error, "pipe: %s", strerror(errno));
         return -1;
@@ -565,6 +622,7 @@ static int spawn_worker(lc_run *r, char *const argv[], lc_worker *w, int fds[3])
     posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
     posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
     posix_spawn_file_actions_adddup2(&fa, recp[1], LC_RECORD_FD);
+    if (ctl[1] >= 0) posix_spawn_file_actions_adddup2(&fa, ctl[1], LC_CONTROL_FD);
     posix_spawnattr_t at;
     posix_spawnattr_init(&at);
     sigset_t none, all;
@@ -585,6 +643,9 @@ static int spawn_worker(lc_run *r, char *const argv[], lc_worker *w, int fds[3])
     close(recp[1]);
     close(outp[1]);
     close(errp[1]);
+    if (ctl[1] >= 0) close(ctl[1]);
+    r->ctl_fd = rc == 0 ? ctl[0] : -1;
+    if (rc != 0 && ctl[0] >= 0) close(ctl[0]);
     fds[0] = recp[0];
     fds[1] = outp[0];
     fds[2] = errp[0];
@@ -739,7 +800,10 @@ static void finish(lc_run *r, int status, enum gather_end end)
 void lc_run_init(lc_run *r, const lc_request *q, double timeout, int progress_line)
 {
     memset(r, 0, sizeof *r);
-    r->sched = lc_schedule_make(q->warmup, q->cycles, lc_has_subject(q), q->baseline);
+    r->sched = lc_schedule_make_block(q->warmup, q->cycles, lc_has_subject(q), q->baseline, q->early_stop ? 1 : 0);
+    r->ctl_fd = -1;
+    r->max_bytes = q->max_bytes;
+    r->rounds_cap = q->early_stop && !q->list_extensions ? q->cycles : 0;
     r->expected_cycles = q->list_extensions ? 0 : lc_schedule_length(&r->sched);
     r->timeout_s = timeout;
     r->max_rss = q->max_rss;
@@ -764,6 +828,8 @@ void lc_run_request(lc_run *r, const lc_request *q, double timeout, int progress
     int status = 0;
     end_worker(r, &w, &status);   /* the whole group killed, whatever the end */
     for (int i = 0; i < 3; i++) close(fds[i]);
+    if (r->ctl_fd >= 0) close(r->ctl_fd);
+    r->ctl_fd = -1;
     finish(r, status, end);
     if (lc_interrupt_signal) {
         r->outcome = LC_OUT_INTERRUPTED;

@@ -34,6 +34,13 @@
 #include <stdint.h>
 
 #define LC_RECORD_FD 3
+/* --early-stop: the driver's answers at each checkpoint (lc_schedule.h), one
+ * byte each, on a socket the worker gets as this descriptor (close-on-exec):
+ * LC_CONTROL_GO_ON or LC_CONTROL_STOP.  A worker that cannot read it (the
+ * subject closed or replaced it) runs every planned round. */
+#define LC_CONTROL_FD 4
+#define LC_CONTROL_GO_ON 'c'
+#define LC_CONTROL_STOP 's'
 /* At the start of every cycle the worker writes "\n" LC_STDERR_MARK "<seq>\n"
  * on its own stderr (fd 2, in the cycle loop's thread), so that the driver
  * knows which cycle wrote each line of the subject's stderr. */

@@ -3,9 +3,14 @@
 
 lc_schedule lc_schedule_make(long warmup, long cycles, int subject, int baseline)
 {
+    return lc_schedule_make_block(warmup, cycles, subject, baseline, 0);
+}
+
+lc_schedule lc_schedule_make_block(long warmup, long cycles, int subject, int baseline, long block)
+{
     lc_schedule s = {warmup, cycles, subject != 0, subject && baseline, 1, {0, 0}};
     long k = cycles / LC_BLOCK_DIVISOR;
-    s.block = k < 1 ? 1 : (k > LC_BLOCK_MAX ? LC_BLOCK_MAX : k);
+    s.block = block > 0 ? block : k < 1 ? 1 : (k > LC_BLOCK_MAX ? LC_BLOCK_MAX : k);
     s.n_side[0] = cycles;
     s.n_side[1] = s.paired ? cycles : 0;
     return s;

@@ -37,6 +37,15 @@ typedef struct lc_slot {
 } lc_slot;
 
 lc_schedule lc_schedule_make(long warmup, long cycles, int subject, int baseline);
+/* The same with block length k = block (0: the default above).  --early-stop
+ * runs k = 1, so that a run stopped after any round is a whole schedule:
+ * lc_schedule_make_block(warmup, rounds_done, ..., 1). */
+lc_schedule lc_schedule_make_block(long warmup, long cycles, int subject, int baseline, long block);
+
+/* --early-stop: the driver judges the run so far after every
+ * LC_EARLY_STOP_ROUNDS judged rounds and tells the worker, through
+ * LC_CONTROL_FD (lc_protocol.h), to go on or to stop there. */
+#define LC_EARLY_STOP_ROUNDS 5
 long lc_schedule_length(const lc_schedule *s);          /* cycles in all */
 long lc_schedule_warmup_length(const lc_schedule *s);   /* index of the first judged cycle */
 lc_slot lc_schedule_at(const lc_schedule *s, long i);   /* cycle i, 0-based (seq = i + 1) */

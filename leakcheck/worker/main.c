@@ -332,7 +332,7 @@ static int parse_option(wk_request *q, const char *a, const char *val)
     if (!val) {
         if (!strcmp(a, "--config") || !strcmp(a, "--import") || !strcmp(a, "--code") || !strcmp(a, "--file")
             || !strcmp(a, "--cycles") || !strcmp(a, "--warmup") || !strcmp(a, "--driver-pid")
-            || !strcmp(a, "--max-rss"))
+            || !strcmp(a, "--max-rss") || !strcmp(a, "--block") || !strcmp(a, "--early-stop"))
             wk_fail(LC_ERR_USAGE, 0, "option %s needs a value", a);
         wk_fail(LC_ERR_USAGE, 0, "unknown worker option '%s'", a);
     }
@@ -351,6 +351,10 @@ static int parse_option(wk_request *q, const char *a, const char *val)
         q->cycles = parse_count(a, val, 1);
     } else if (!strcmp(a, "--warmup")) {
         q->warmup = parse_count(a, val, 0);
+    } else if (!strcmp(a, "--block")) {
+        q->block = parse_count(a, val, 1);
+    } else if (!strcmp(a, "--early-stop")) {
+        q->early_stop = parse_count(a, val, 1);
     } else if (!strcmp(a, "--driver-pid")) {
         q->driver_pid = parse_count(a, val, 1);
     } else if (!strcmp(a, "--max-rss")) {
@@ -490,6 +494,37 @@ static void report_info(const wk_request *q)
     wk_meters_report(q);
 }
 
+/* --early-stop's socket (LC_CONTROL_FD), as it was at the start: a
+ * descriptor the subject closed or replaced is not asked (every planned
+ * round runs). */
+static struct stat wk_control_at_start;
+
+static int control_open(void)
+{
+    if (fstat(LC_CONTROL_FD, &wk_control_at_start) < 0 || !S_ISSOCK(wk_control_at_start.st_mode)) return 0;
+    (void)fcntl(LC_CONTROL_FD, F_SETFD, FD_CLOEXEC);   /* not the subject's exec'd children's */
+    return 1;
+}
+
+/* The driver's answer: 1 go on, 0 stop.  Anything else (the descriptor
+ * gone or replaced, end of file, an unknown byte): go on, and ask no more. */
+static int control_ask(int *asking)
+{
+    struct stat st;
+    char c = 0;
+    if (fstat(LC_CONTROL_FD, &st) < 0 || st.st_dev != wk_control_at_start.st_dev
+        || st.st_ino != wk_control_at_start.st_ino) {
+        *asking = 0;
+        return 1;
+    }
+    ssize_t k;
+    do k = read(LC_CONTROL_FD, &c, 1);
+    while (k < 0 && errno == EINTR);
+    if (k == 1 && c == LC_CONTROL_STOP) return 0;
+    if (k != 1 || c != LC_CONTROL_GO_ON) *asking = 0;
+    return 1;
+}
+
 /* Runs the cycles the schedule lists (all from here: --where then sees the
  * same call stacks in subject and bare cycles). */
 static void run_cycles(const wk_request *q, PyThreadState *main_tstate)
@@ -503,9 +538,10 @@ static void run_cycles(const wk_request *q, PyThreadState *main_tstate)
     lc_line l;
     lc_enc_reading(&l, v);
     wk_emit(&l);
-    lc_schedule s = lc_schedule_make(q->warmup, q->cycles, wk_has_subject(q), q->baseline);
+    lc_schedule s = lc_schedule_make_block(q->warmup, q->cycles, wk_has_subject(q), q->baseline, q->block);
     long n = lc_schedule_length(&s);
     lc_slot sl = {0};
+    int asking = q->early_stop > 0 && control_open();
     /* after the judged cycles, --where's Python-lines pass (LC_PY_PASS_CYCLES
        subject cycles traced by tracemalloc), through the same call */
     int traced = 0, heap = 0;
@@ -521,6 +557,17 @@ static void run_cycles(const wk_request *q, PyThreadState *main_tstate)
         if ((pass == 1 && !traced) || (pass == 2 && !heap)) continue;
         if (i < n) sl = lc_schedule_at(&s, i);
         cycle(q, main_tstate, i + 1, &sl, pass);
+        /* --early-stop: after every q->early_stop judged rounds (k = 1: a
+           round ends with its bare cycle), the driver says go on or stop */
+        long rounds = sl.round + 1 - q->warmup;
+        if (asking && i < n && sl.judged && rounds % q->early_stop == 0 && rounds < q->cycles
+            && (!s.paired || !sl.subject)) {
+            int go = control_ask(&asking);
+            if (!go) {
+                s = lc_schedule_make_block(q->warmup, rounds, wk_has_subject(q), q->baseline, q->block);
+                n = i + 1;   /* the --where passes, if any, follow from here */
+            }
+        }
     }
     wk_children_end(lc_schedule_length(&s));
     if (q->where) wk_report_where(&s);
@@ -540,6 +587,7 @@ int main(int argc, char **argv)
     wk_request q = {.config = &interp_configs[INTERP_LEGACY], .cycles = 100, .warmup = 10, .baseline = 1};
     parse_args(&q, argc, argv);
     wk_limits(&q);
+    if (q.early_stop && q.block != 1) wk_fail(LC_ERR_USAGE, 0, "--early-stop needs --block 1");
     if (q.where && q.no_wrapper)
         wk_fail(LC_ERR_USAGE, 0, "--where needs the allocator wrapper (drop --no-allocator-wrapper)");
     if (q.file) q.file_src = read_file(q.file);

@@ -25,6 +25,8 @@ typedef struct wk_request {
     const char *file;
     char *file_src;   /* contents of file */
     long cycles, warmup;
+    long block;           /* --block: the schedule's block length k (0: lc_schedule_make's) */
+    long early_stop;      /* --early-stop N: ask the driver (LC_CONTROL_FD) every N judged rounds; 0 never */
     int baseline, where, list_extensions, no_wrapper;
     long driver_pid;      /* --driver-pid: the parent that PR_SET_PDEATHSIG watches (0 not given) */
     long long max_rss;    /* --max-rss: the driver's limit, bytes (0 none): RLIMIT_DATA at twice it */

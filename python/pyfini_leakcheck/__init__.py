@@ -184,6 +184,8 @@ class Result:
         self.python = d.get("python")
         self.config = d.get("config")
         self.cycles_finished = d.get("cycles_finished")
+        self.cycles = d.get("cycles")
+        self.early_stop = d.get("early_stop")
         self.report = report or self.error or ""
 
     @property
@@ -232,7 +234,8 @@ def _subject_args(module, code, file):
 
 
 def run(module=None, code=None, file=None, *, config=None, cycles=None, warmup=None, python=None, where=False,
-        max_bytes_per_cycle=None, timeout=None, baseline=True, tool=None, env=None, cwd=None, extra_args=()):
+        max_bytes_per_cycle=None, timeout=None, baseline=True, early_stop=False, tool=None, env=None, cwd=None,
+        extra_args=()):
     """Run one pyfini-leakcheck check and return its Result.
 
     module   a module name, or a list of them (--import, in order)
@@ -241,6 +244,10 @@ def run(module=None, code=None, file=None, *, config=None, cycles=None, warmup=N
              (none of the three: the bare cycle itself is judged)
     config   "legacy" (the tool's default), "isolated", "own-obmalloc", "shared-obmalloc"
     cycles, warmup  judged rounds and warm-up cycles (tool defaults: 100, 10)
+    early_stop  --early-stop: cycles is a cap; the run ends once its verdict
+             held at two checkpoints (every 5 rounds) in a row
+             (Result.early_stop: {"cap", "every", "checkpoints", "stopped_at"};
+             Result.cycles: the rounds judged)
     python   which CPython: "X.Y", "X.Y.Z", "X.Yd" or a python3.X-config path;
              default the one running this code (its python3.X-config; the tool's
              build CPython is then checked to be this one if there is none)
@@ -284,6 +291,8 @@ def run(module=None, code=None, file=None, *, config=None, cycles=None, warmup=N
         cmd += ["--timeout", str(timeout)]
     if not baseline:
         cmd.append("--no-baseline")
+    if early_stop:
+        cmd.append("--early-stop")
     cmd += [str(a) for a in extra_args]
     with tempfile.TemporaryDirectory(prefix="pyfini-leakcheck-") as tmp:
         junit = os.path.join(tmp, "report.xml")

@@ -15,7 +15,10 @@ Marker arguments: config ("legacy", "isolated", "own-obmalloc",
 "shared-obmalloc"; default --leakcheck-config), cycles, warmup (default
 --leakcheck-cycles, --leakcheck-warmup), timeout (seconds per cycle),
 max_bytes_per_cycle, where (--where: the report names the allocating call
-stacks), python (another CPython: "3.14", a python3.X-config path).
+stacks), python (another CPython: "3.14", a python3.X-config path),
+early_stop (default True: cycles is a cap, the run ends once its verdict
+held at two checkpoints - every 5 rounds - in a row; --leakcheck-no-early-stop
+turns it off for every test).
 
 Fixtures: none.  A marked test runs in other interpreters, where pytest's
 fixture objects do not exist; a test that asks for a fixture (an argument,
@@ -43,7 +46,7 @@ from ._subject import SubjectError, subject_code
 
 DEFAULT_CYCLES = 20
 DEFAULT_WARMUP = 5
-_MARKER_ARGS = ("config", "cycles", "warmup", "timeout", "max_bytes_per_cycle", "where", "python")
+_MARKER_ARGS = ("config", "cycles", "warmup", "timeout", "max_bytes_per_cycle", "where", "python", "early_stop")
 
 
 def pytest_addoption(parser):
@@ -58,6 +61,9 @@ def pytest_addoption(parser):
                 help=f"judged rounds when the marker names none (default {DEFAULT_CYCLES}; at least 4)")
     g.addoption("--leakcheck-warmup", type=int, default=DEFAULT_WARMUP, metavar="W",
                 help=f"warm-up cycles when the marker names none (default {DEFAULT_WARMUP})")
+    g.addoption("--leakcheck-no-early-stop", action="store_true", default=False,
+                help="run every judged round of every check (default: stop once the verdict held at two "
+                     "checkpoints in a row, pyfini-leakcheck --early-stop)")
     g.addoption("--leakcheck-tool", default=None, metavar="PATH",
                 help="the pyfini-leakcheck executable (default: $PYFINI_LEAKCHECK, the installed one, PATH)")
 
@@ -66,7 +72,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "leakcheck(config=None, cycles=None, warmup=None, timeout=None, max_bytes_per_cycle=None, where=False, "
-        "python=None): run the test's body in created-and-ended interpreters with pyfini-leakcheck; fail on "
+        "python=None, early_stop=True): run the test's body in created-and-ended interpreters with pyfini-leakcheck; fail on "
         "LEAK, crash, hang, refused import or not judged. No fixtures.")
 
 
@@ -86,6 +92,7 @@ def _check(item, **kw):
     kw.setdefault("config", opt("leakcheck_config"))
     kw.setdefault("cycles", opt("leakcheck_cycles"))
     kw.setdefault("warmup", opt("leakcheck_warmup"))
+    kw.setdefault("early_stop", not opt("leakcheck_no_early_stop"))
     env = dict(os.environ)
     if kw.get("python") is None:
         # the worker runs this CPython: it sees what this pytest sees

@@ -51,6 +51,10 @@ def main():
 
     r = lc.run("_pyfini_noleak64", cycles=8, warmup=2)
     check(r.verdict == "no leak" and r.ok and not r.leaking_meters, f"noleak64: {r!r}")
+    # early_stop=True: cycles is a cap; LEAK held at 5 and 10 rounds
+    r = lc.run("_pyfini_leak64", cycles=40, warmup=2, early_stop=True)
+    check(r.verdict == "LEAK" and r.cycles == 10 and (r.early_stop or {}).get("stopped_at") == 10
+          and r.early_stop.get("cap") == 40, f"leak64, early_stop: {r!r} {r.early_stop} cycles {r.cycles}")
     r = lc.run("_pyfini_trackleak", cycles=4, warmup=0)
     states = [x.get("state") for x in r.pyfini_leaks]
     check(r.exit_status == 1 and "pyfini.test.trackleak" in states, f"trackleak: pyfini's reports {states}")
