@@ -98,5 +98,5 @@ install(CODE "
   if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
     set(_pc usr)
   endif()
-  configure_file(\"${PROJECT_BINARY_DIR}/pyfini-\${_pc}.pc\" \"${PROJECT_BINARY_DIR}/pyfini.pc\" COPYONLY)")
-install(FILES "${PROJECT_BINARY_DIR}/pyfini.pc" DESTINATION "${PYFINI_PKGCONFIG_DIR}")
+  file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${PYFINI_PKGCONFIG_DIR}\" TYPE FILE RENAME pyfini.pc
+       FILES \"${PROJECT_BINARY_DIR}/pyfini-\${_pc}.pc\")")
