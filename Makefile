@@ -32,9 +32,13 @@ JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: all demo demo-phases test test-matrix stress bench deb deps clean
 
-all: deps
-	cmake -S . -B $(BUILD) >/dev/null
+# configured once: later builds re-run CMake by themselves when a CMakeLists.txt
+# or cmake/ file changed (so a second `make demo` does not configure again)
+all: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) >/dev/null
 
 deps:
 	@tools/install-deps

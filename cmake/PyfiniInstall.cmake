@@ -19,6 +19,11 @@
 # and the version file accepts consumers of any pointer size.
 # Both are relocatable: nothing in them names the prefix given at configure
 # time, so `--prefix P` and DESTDIR work.
+#
+# PYFINI_INSTALL (default: ON when pyfini is the top-level project) switches
+# every install rule; PYFINI_BUILD_LEAKCHECK OFF leaves out the tool's files.
+# `cmake --install` of a tree whose tool is not built stops before it copies
+# anything (the first rule below), naming the build step.
 include(CMakePackageConfigHelpers)
 
 set(PYFINI_CMAKE_DIR "${CMAKE_INSTALL_DATADIR}/cmake/pyfini")
@@ -29,6 +34,19 @@ set(PYFINI_LC_WORKER_DIR "${CMAKE_INSTALL_LIBEXECDIR}/pyfini")
 set(PYFINI_LC_DATA_DIR "${CMAKE_INSTALL_DATADIR}/pyfini")
 file(RELATIVE_PATH PYFINI_LC_WORKER_REL "/_/${CMAKE_INSTALL_BINDIR}" "/_/${PYFINI_LC_WORKER_DIR}/pyfini-leakcheck-worker")
 file(RELATIVE_PATH PYFINI_LC_SOURCE_REL "/_/${CMAKE_INSTALL_BINDIR}" "/_/${PYFINI_LC_DATA_DIR}/leakcheck")
+
+if(NOT PYFINI_INSTALL)
+  return()
+endif()
+if(PYFINI_BUILD_LEAKCHECK)
+  install(CODE "
+    foreach(_f [[$<TARGET_FILE:pyfini-leakcheck>]] [[$<TARGET_FILE:pyfini-leakcheck-worker>]])
+      if(NOT EXISTS \"\${_f}\")
+        message(FATAL_ERROR \"pyfini: \${_f} is not built; nothing was installed. Build first: \"
+                            \"cmake --build ${PROJECT_BINARY_DIR}\")
+      endif()
+    endforeach()")
+endif()
 
 install(FILES "${PROJECT_SOURCE_DIR}/include/pyfini.h" "${PROJECT_SOURCE_DIR}/include/pyfini_pybind11.h"
               "${PROJECT_SOURCE_DIR}/include/pyfini.pxd" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
@@ -66,5 +84,19 @@ foreach(_lib IN LISTS CMAKE_DL_LIBS)
   string(APPEND PYFINI_PC_LIBS " -l${_lib}")
 endforeach()
 string(STRIP "${PYFINI_PC_LIBS}" PYFINI_PC_LIBS)
-configure_file("${CMAKE_CURRENT_LIST_DIR}/pyfini.pc.in" "${PROJECT_BINARY_DIR}/pyfini.pc" @ONLY)
-install(FILES "${PROJECT_BINARY_DIR}/pyfini.pc" DESTINATION "${PYFINI_PKGCONFIG_DIR}")
+# Installed into the prefix /usr (the .deb, a distribution's package), the
+# prefix is written as is: pkg-config then gives -I/usr/include, which it
+# drops as a system directory, not -I/usr/share/pkgconfig/../../include.
+# Chosen at install time (`cmake --install --prefix` may differ from
+# CMAKE_INSTALL_PREFIX).
+set(PYFINI_PC_PREFIX "\${pcfiledir}/${PYFINI_PC_TO_PREFIX}")
+configure_file("${CMAKE_CURRENT_LIST_DIR}/pyfini.pc.in" "${PROJECT_BINARY_DIR}/pyfini-relocatable.pc" @ONLY)
+set(PYFINI_PC_PREFIX "/usr")
+configure_file("${CMAKE_CURRENT_LIST_DIR}/pyfini.pc.in" "${PROJECT_BINARY_DIR}/pyfini-usr.pc" @ONLY)
+install(CODE "
+  set(_pc relocatable)
+  if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
+    set(_pc usr)
+  endif()
+  file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${PYFINI_PKGCONFIG_DIR}\" TYPE FILE RENAME pyfini.pc
+       FILES \"${PROJECT_BINARY_DIR}/pyfini-\${_pc}.pc\")")

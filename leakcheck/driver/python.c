@@ -197,7 +197,8 @@ typedef struct wanted {
     char name[64];             /* python3.Xd-config */
 } wanted;
 
-/* "3.12", "3.14d", "3.12.1"; -1 not of that form, -2 older than 3.11 */
+/* "3.12", "3.14d", "3.12.1" (or 9.9: of the form, found nowhere); -1 not of
+   that form, -2 older than 3.11 */
 static int parse_wanted(const char *want, wanted *w)
 {
     int pos = 0;
@@ -212,33 +213,77 @@ static int parse_wanted(const char *want, wanted *w)
     if (want[pos] == 'd') w->dbg[0] = 'd', w->dbg[1] = 0, pos++;
     if (want[pos] != 0 || w->major < 2 || w->minor < 0) return -1;
     if (too_old(w->major, w->minor)) return -2;
-    if (w->major != 3) return -1;
     snprintf(w->name, sizeof w->name, "python%d.%d%s-config", w->major, w->minor, w->dbg);
     return 0;
 }
 
-/* Executables called name on PATH, then in pyenv's versions. */
+/* Executables matching the glob pattern name on PATH, then in pyenv's versions. */
 static int candidates(const char *name, char cands[][PATH_MAX], int max)
 {
     int nc = 0;
     const char *path = getenv("PATH");
     char *pcopy = strdup(path ? path : "/usr/bin:/bin");
+    char pat[PATH_MAX];
+    glob_t g;
     for (char *save = NULL, *d = strtok_r(pcopy, ":", &save); d && nc < max; d = strtok_r(NULL, ":", &save)) {
-        snprintf(cands[nc], PATH_MAX, "%s/%s", d, name);
-        if (access(cands[nc], X_OK) == 0) nc++;
+        snprintf(pat, sizeof pat, "%s/%s", d, name);
+        if (glob(pat, 0, NULL, &g) != 0) continue;
+        for (size_t i = 0; i < g.gl_pathc && nc < max; i++)
+            if (access(g.gl_pathv[i], X_OK) == 0) snprintf(cands[nc++], PATH_MAX, "%s", g.gl_pathv[i]);
+        globfree(&g);
     }
     free(pcopy);
     const char *pyenv = getenv("PYENV_ROOT");
     const char *home = getenv("HOME");
-    char pat[PATH_MAX];
     if (pyenv) snprintf(pat, sizeof pat, "%s/versions/*/bin/%s", pyenv, name);
     else snprintf(pat, sizeof pat, "%s/.pyenv/versions/*/bin/%s", home ? home : "/root", name);
-    glob_t g;
     if (glob(pat, 0, NULL, &g) == 0) {
         for (size_t i = 0; i < g.gl_pathc && nc < max; i++) snprintf(cands[nc++], PATH_MAX, "%s", g.gl_pathv[i]);
         globfree(&g);
     }
     return nc;
+}
+
+/* Every CPython pyfini can run on (3.11+) found as python3.X-config (PATH,
+   pyenv), "3.11.2, 3.14.10d", in version order, once each; "none" when there
+   is none. */
+static void found_pythons(char *buf, size_t n)
+{
+    static char cands[LC_MAX_CANDIDATES][PATH_MAX], real[LC_MAX_CANDIDATES][PATH_MAX];
+    char vers[LC_MAX_CANDIDATES][80];
+    int nc = candidates("python3.*-config", cands, LC_MAX_CANDIDATES), nv = 0;
+    for (int i = 0; i < nc; i++) {
+        /* asked once per script, older minors (by name) and pyenv's shims
+           (slow: `pyenv exec`; their versions are found in pyenv's folder) not */
+        int minor = 0, seen = 0;
+        real[i][0] = 0;
+        const char *base = strrchr(cands[i], '/') + 1;
+        if (sscanf(base, "python3.%d", &minor) != 1 || too_old(3, minor) || strstr(cands[i], "/shims/")) continue;
+        if (!realpath(cands[i], real[i])) continue;
+        for (int j = 0; j < i && !seen; j++) seen = strcmp(real[i], real[j]) == 0;
+        char v[64] = "", a[16] = "";
+        int major = 0;
+        if (seen || config_version(cands[i], v, sizeof v, a, sizeof a) < 0 ||
+            sscanf(v, "%d.%d", &major, &minor) != 2 || too_old(major, minor))
+            continue;
+        char va[80];
+        snprintf(va, sizeof va, "%s%s", v, a);
+        int at = nv, dup = 0;
+        for (int j = 0; j < nv && !dup; j++) {
+            int c = strverscmp(va, vers[j]);
+            dup = c == 0;
+            if (c < 0 && at == nv) at = j;
+        }
+        if (dup) continue;
+        memmove(vers[at + 1], vers[at], (size_t)(nv - at) * sizeof vers[0]);
+        snprintf(vers[at], sizeof vers[at], "%s", va);
+        nv++;
+    }
+    snprintf(buf, n, "%s", nv ? "" : "none");
+    for (int j = 0; j < nv; j++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, n - l, "%s%.79s", j ? ", " : "", vers[j]);
+    }
 }
 
 /* want: "3.12", "3.14d", "3.12.1", or a path to a python3.X-config. */
@@ -274,11 +319,14 @@ static int find_config(const char *want, char *out, size_t n, char *ver, char *a
         strcpy(abi, a);
         return 0;
     }
+    char found[1024], why[1200];
+    found_pythons(found, sizeof found);
     if (seen_versions[0])
-        snprintf(err, errn, "--python %s: no such CPython found (found %s via %s)", want, seen_versions, w.name);
+        snprintf(why, sizeof why, "%s gives %s", w.name, seen_versions);
     else
-        snprintf(err, errn, "--python %s: no %s on PATH or in pyenv (install python%d.%d%s-dev, or pass the path "
-                 "of a python3.X-config)", want, w.name, w.major, w.minor, w.dbg[0] ? "-dbg" : "");
+        snprintf(why, sizeof why, "no %s on PATH or in pyenv%s", w.name,
+                 w.major == 3 ? "; install its -dev package, or pass the path of a python3.X-config" : "");
+    snprintf(err, errn, "--python %s: no such CPython found (%s); CPythons found: %s", want, why, found);
     return -1;
 }
 

@@ -80,7 +80,7 @@ int lc_show_progress(const lc_request *q) { return !q->quiet && isatty(2); }
 
 #define LC_PROGRESS_REDRAW_S 0.1   /* at most 10 redraws per second (and always the last cycle) */
 
-/* One line on stderr, redrawn in place: cycle i/N, cycles/s, ETA and the
+/* One line on stderr, redrawn in place: cycle i/N and what N counts, cycles/s, ETA and the
  * readings of the bytes meters that are not a part of another one (rss,
  * malloc, py ...), cut to the terminal's width so that it never wraps. */
 static void progress(lc_run *r)
@@ -92,10 +92,17 @@ static void progress(lc_run *r)
     r->drawn = now;
     const lc_cycle *c = &r->cyc[r->ncyc - 1];
     double rate = elapsed > 0 ? (double)r->ncyc / elapsed : 0;
-    char line[512], eta[32] = "?";
+    char line[512], eta[32] = "?", what[96] = "", warm[40] = "";
     if (rate > 0) snprintf(eta, sizeof eta, "%.0f s", (double)(total - (long)r->ncyc) / rate);
-    int k = snprintf(line, sizeof line, "[pyfini-leakcheck] cycle %zu/%ld%s  %.1f cycles/s  ETA %s", r->ncyc, total,
-                     c->id.judged ? "" : " (warm-up)", rate, eta);
+    /* what N counts: the rounds of --warmup and --cycles, two cycles each
+       (subject, bare) in a paired run: "= 2 x (5 warm-up + 40)" */
+    if (r->sched.warmup > 0) snprintf(warm, sizeof warm, "%ld warm-up + ", r->sched.warmup);
+    if (r->sched.paired)
+        snprintf(what, sizeof what, " = 2 x (%s%ld)", warm, r->sched.cycles);
+    else if (warm[0])
+        snprintf(what, sizeof what, " = %s%ld", warm, r->sched.cycles);
+    int k = snprintf(line, sizeof line, "[pyfini-leakcheck] cycle %zu/%ld%s%s  %.1f cycles/s  ETA %s", r->ncyc,
+                     total, what, c->id.judged ? "" : " (warm-up)", rate, eta);
     for (size_t i = 0; i < LC_NMETERS && k > 0 && (size_t)k < sizeof line; i++) {
         const lc_meter_def *m = &lc_meters[i];
         if (!m->bytes || strchr(m->name, '.') || c->v[m->value] < 0) continue;

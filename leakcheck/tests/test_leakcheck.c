@@ -199,6 +199,14 @@ START_TEST(test_bad_input)
     expect_usage((const char *[]){"--code", "raise ValueError('boom')", "--cycles", "4", NULL}, "ValueError: boom");
     expect_usage((const char *[]){"--python", "3.99", NULL}, "--python 3.99");
     expect_usage((const char *[]){"--python", "banana", NULL}, "expected X.Y");
+    /* of the form X.Y but found nowhere: said so, with the CPythons that were
+       found (the build's among them) */
+    result r = run_tool((const char *[]){"--python", "9.9", NULL});
+    const char *list = strstr(r.err, "; CPythons found: ");
+    ck_assert_msg(r.status == 2 && strstr(r.err, "--python 9.9: no such CPython found (no python9.9-config on PATH "
+                                                 "or in pyenv)") && list && strstr(list, LC_TEST_PY_VERSION),
+                  "exit %d; stderr:\n%s", r.status, tail(r.err));
+    free_result(&r);
     /* every numeric option: zero, negative, not a number */
     expect_usage((const char *[]){"--cycles", "0", NULL}, "--cycles needs an integer >= 1, not '0'");
     expect_usage((const char *[]){"--cycles", "-5", NULL}, "--cycles needs an integer >= 1, not '-5'");
@@ -348,7 +356,7 @@ START_TEST(test_version)
     r = run_tool((const char *[]){"--cycles", "1", "--version", NULL});
     ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
     free_result(&r);
-    expect_usage((const char *[]){"--version", "--python", "3.99", NULL}, "--python 3.99: no python3.99-config");
+    expect_usage((const char *[]){"--version", "--python", "3.99", NULL}, "--python 3.99: no such CPython found (no python3.99-config");
     const char *other = getenv("LC_TEST_OTHER_PYTHON");
     if (!other || !*other) {
         printf("NOTE version: no other host CPython for --version --python\n");
