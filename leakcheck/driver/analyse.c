@@ -232,6 +232,20 @@ static void run_rule(analysis *a, double max_bytes)
                memory no allocator saw (a direct mmap): not LEAK, and not "no
                leak" either (the run's rule keeps such a meter undecided) */
             int counted = (blocks && blocks->available) || (hblocks && hblocks->available);
+            /* malloc where the exact heap meter judged the same heap (every
+               block of malloc & co) and found no LEAK: what only mallinfo2
+               sees is glibc's own bookkeeping, never the subject's and never
+               memory outside malloc (a direct mmap is not in mallinfo2) -
+               not LEAK, and not a reason to withhold "no leak" (3.14.10d,
+               pb11_a isolated: malloc +572 B/cycle in every chunk, heap 0 B
+               +- 0 B: "not judged" before) */
+            const meter_result *hp = find_meter(a, LC_V_HEAP);
+            if (m->def->value == LC_V_MALLOC && hp && hp->available && hp->judged && hp->verdict != LC_LEAK
+                && !backed) {
+                set_verdict(m, LC_INCONCLUSIVE, LC_OVERRULE_MALLOC);
+                a->malloc_overruled = 1;
+                continue;
+            }
             if (steady && (m->def->exact || !counted || backed)) continue;
             if (backed) continue;
             set_verdict(m, LC_INCONCLUSIVE, steady ? LC_OVERRULE_UNBACKED : LC_OVERRULE_NOISE);
