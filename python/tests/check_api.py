@@ -51,9 +51,11 @@ def main():
 
     r = lc.run("_pyfini_noleak64", cycles=8, warmup=2)
     check(r.verdict == "no leak" and r.ok and not r.leaking_meters, f"noleak64: {r!r}")
-    # early_stop=True: cycles is a cap; LEAK held at 5 and 10 rounds
+    # early_stop=True: cycles is a cap; LEAK held at two checkpoints in a row
+    # (every 5 rounds: 10 as a rule, 15 seen on 3.11.7)
     r = lc.run("_pyfini_leak64", cycles=40, warmup=2, early_stop=True)
-    check(r.verdict == "LEAK" and r.cycles == 10 and (r.early_stop or {}).get("stopped_at") == 10
+    at = (r.early_stop or {}).get("stopped_at")
+    check(r.verdict == "LEAK" and isinstance(at, int) and 10 <= at < 40 and at % 5 == 0 and r.cycles == at
           and r.early_stop.get("cap") == 40, f"leak64, early_stop: {r!r} {r.early_stop} cycles {r.cycles}")
     r = lc.run("_pyfini_trackleak", cycles=4, warmup=0)
     states = [x.get("state") for x in r.pyfini_leaks]
