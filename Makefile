@@ -8,12 +8,11 @@
 #                     of each (STRESS_PER_MINOR; needs root for the sid tree): on the host's
 #                     (STRESS_HOST_ALL) valgrind memcheck on the state, error and phase tests
 #                     (on the minors of STRESS_VALGRIND),
-#                     the thread test (tests/test_threads: 60 s on STRESS_HOST and STRESS_SID,
-#                     30 s on the others, for CI time) and its TSan build, and
+#                     the thread test (tests/test_threads: 30 s each, for CI time) and its TSan build, and
 #                     on STRESS_HOST pyfini-leakcheck's fuzz targets too (15 s each; clang is
 #                     on the host only); on the sid tree's (STRESS_SID_ALL) valgrind, the
 #                     thread test, its TSan build and the soak (pyfini-leakcheck on _pyfini_soak, legacy and
-#                     isolated: 10,000 cycles on STRESS_SID, 1,000 on the others; bare cycles
+#                     isolated: STRESS_SOAK_CYCLES (3,000) on STRESS_SID, 1,000 on the others; bare cycles
 #                     of 3.12/3.13 lose memory themselves). The debug builds are not run (the
 #                     release build of their minor stands for them). Two lanes at once (CI
 #                     time: valgrind leaves a core idle while its longest test ends): on the
@@ -29,9 +28,12 @@ STRESS_HOST ?= 3.12
 STRESS_HOST_ALL ?= 3.11 3.12 3.13
 STRESS_SID  ?= 3.14
 STRESS_SID_ALL  ?= 3.14 3.15
-# valgrind on three minors (CI time: about 200 s of CPU each): 3.11, 3.13 and 3.14;
+# valgrind on two minors (CI time: about 200 s of CPU each): 3.11 (with origins) and 3.14;
 # ASan+UBSan rows (make test) cover 3.11, 3.12 and 3.14
-STRESS_VALGRIND ?= 3.11 3.13 3.14
+STRESS_VALGRIND ?= 3.11 3.14
+# the soak on STRESS_SID: 3,000 cycles (CI time; tools/stress's own default,
+# 10,000, was the issue's figure: PASS, docs/reliability.md "Soak")
+STRESS_SOAK_CYCLES ?= 3000
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: all demo demo-phases test test-matrix stress bench deb deps clean
@@ -65,9 +67,9 @@ stress: deps
 	@mkdir -p build; rows=build/stress-rows; rm -f $$rows build/stress-lane*; t0=$$(date +%s); rc=0; \
 	vg() { case " $(STRESS_VALGRIND) " in *" $$1 "*) echo valgrind ;; esac; }; \
 	host() { s=30; parts="$$(vg $$1) soak-threads tsan"; \
-	  if [ "$$1" = "$(STRESS_HOST)" ]; then s=60; parts="$$parts fuzz"; fi; \
+	  if [ "$$1" = "$(STRESS_HOST)" ]; then parts="$$parts fuzz"; fi; \
 	  STRESS_ROWS=$$2 STRESS_PER_MINOR=1 PYTHON=$$1 PYFINI_THREADS_SECONDS=$$s tools/stress $$parts; }; \
-	sid() { n=1000; s=30; if [ "$$1" = "$(STRESS_SID)" ]; then n=10000; s=60; fi; \
+	sid() { n=1000; s=30; if [ "$$1" = "$(STRESS_SID)" ]; then n=$(STRESS_SOAK_CYCLES); fi; \
 	  echo "STRESS_ROWS=$$2 STRESS_PER_MINOR=1 PYTHON=$$1 PYFINI_SOAK_CYCLES=$$n PYFINI_THREADS_SECONDS=$$s BUILD_ROOT=build/sid tools/stress $$(vg $$1) soak-threads tsan soak"; }; \
 	set -- $(STRESS_HOST_ALL); first=$$1; shift; \
 	echo "make stress: host $$first beside $$* (logs build/stress-lane1.log, build/stress-lane2.log)"; \
