@@ -207,11 +207,12 @@ static int count_of_memory(int v) { return v == LC_V_BLOCKS || v == LC_V_HEAP_BL
 static void run_rule(analysis *a, double max_bytes)
 {
     /* no LEAK from noise; the count meters first (a bytes meter's LEAK may
-       stand on them) */
-    for (int pass = 0; pass < 2; pass++)
+       stand on them), malloc last (it looks at heap's final verdict) */
+    for (int pass = 0; pass < 3; pass++)
         for (size_t mi = 0; mi < LC_NMETERS; mi++) {
             meter_result *m = &a->m[mi];
-            if (!judged_as(m, LC_LEAK) || (m->def->bytes != 0) != (pass == 1)) continue;
+            int pass_of = !m->def->bytes ? 0 : m->def->value == LC_V_MALLOC ? 2 : 1;
+            if (!judged_as(m, LC_LEAK) || pass_of != pass) continue;
             double thr = m->def->bytes ? max_bytes : 0;
             /* the noisy meters (rss, malloc): their own level only - one
                page more or less decides a single block pair */

@@ -177,7 +177,8 @@ typedef struct lc_run {
     int ctl_fd;
     double max_bytes;
     long rounds_cap, stopped_at;
-    int checkpoints;
+    int checkpoints;    /* answers given to the worker */
+    int control_lost;   /* the control socket failed or the records went out of step: no stop */
     int last_sig[LC_RUN_SIG_MAX], have_last_sig;
     double started, drawn;   /* lc_now() at the start, at the last progress line */
     /* what the worker said */

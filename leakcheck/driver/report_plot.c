@@ -379,7 +379,7 @@ static void check_header(cairo_t *cr, double w, const lc_request *q, const lc_ru
     snprintf(line, sizeof line, "verdict: %s", verdict);
     text(cr, w - 16, 24, 15, 1, 1, leak ? C_LEAK_TEXT : C_TEXT, line);
     snprintf(line, sizeof line, "CPython %s%s, %s interpreters, %ld warm-up + %ld judged rounds%s", r->version,
-             r->abiflags, q->config->name, q->warmup, q->cycles,
+             r->abiflags, q->config->name, q->warmup, r->sched.cycles,
              paired ? " of 1 subject + 1 bare cycle; judged: the subject's excess" : "");
     text(cr, 16, 44, 11, 0, 0, C_GREY, line);
     text(cr, 16, 60, 11, 0, 0, C_GREY,

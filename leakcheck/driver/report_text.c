@@ -327,6 +327,13 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
     if (q->early_stop && r->stopped_at)
         fprintf(f, "early    stopped after %ld of at most %ld judged rounds: the verdict held at %ld and %ld\n",
                 r->stopped_at, q->cycles, r->stopped_at - LC_EARLY_STOP_ROUNDS, r->stopped_at);
+    else if (q->early_stop && r->outcome == LC_OUT_DONE && r->control_lost)
+        fprintf(f, "early    no stop: the worker's control socket was lost after %d checkpoint%s (the subject closed or\n"
+                   "         replaced descriptor %d, or wrote to the record descriptor); all %ld rounds judged\n",
+                r->checkpoints, lc_plural(r->checkpoints), LC_CONTROL_FD, q->cycles);
+    else if (q->early_stop && r->outcome == LC_OUT_DONE && q->cycles <= 2 * LC_EARLY_STOP_ROUNDS)
+        fprintf(f, "early    no stop: --cycles %ld leaves no two checkpoints (every %d rounds) before the cap\n", q->cycles,
+                LC_EARLY_STOP_ROUNDS);
     else if (q->early_stop && r->outcome == LC_OUT_DONE)
         fprintf(f, "early    no stop: the verdict was not the same at two checkpoints in a row (%d checkpoints, every %d\n"
                    "         rounds); all %ld rounds judged\n", r->checkpoints, LC_EARLY_STOP_ROUNDS, q->cycles);

@@ -209,6 +209,16 @@ static int verdict_so_far(const lc_run *r, int sig[LC_RUN_SIG_MAX])
     return v;
 }
 
+/* The control socket is of no more use: the worker, reading end of file
+ * or never asking again, runs every planned round. */
+static void early_stop_lost(lc_run *r)
+{
+    if (r->ctl_fd < 0) return;
+    close(r->ctl_fd);
+    r->ctl_fd = -1;
+    r->control_lost = 1;
+}
+
 /* After a cycle record: at a checkpoint (every LC_EARLY_STOP_ROUNDS judged
  * rounds, the last planned one excepted) tell the worker to stop when the
  * run's verdict is decided and it and every exact meter's verdict are what
@@ -225,13 +235,15 @@ static void early_stop_check(lc_run *r)
     int stop = v >= 0 && r->have_last_sig && !memcmp(sig, r->last_sig, sizeof sig);
     memcpy(r->last_sig, sig, sizeof sig);
     r->have_last_sig = 1;
-    r->checkpoints++;
     char c = stop ? LC_CONTROL_STOP : LC_CONTROL_GO_ON;
-    if (send(r->ctl_fd, &c, 1, MSG_NOSIGNAL) != 1) {   /* the worker's end is gone: it runs to the cap */
-        close(r->ctl_fd);
-        r->ctl_fd = -1;
+    /* never blocking: in step there is at most one unread byte; a full
+       buffer means the worker stopped asking (the subject replaced its
+       descriptor while another process holds the socket) - as a lost peer */
+    if (send(r->ctl_fd, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {   /* the worker runs to the cap */
+        early_stop_lost(r);
         return;
     }
+    r->checkpoints++;
     if (!stop) return;
     r->stopped_at = rounds;
     r->sched = lc_schedule_make_block(r->sched.warmup, rounds, r->sched.subject, r->sched.paired || !r->sched.subject,
@@ -241,7 +253,13 @@ static void early_stop_check(lc_run *r)
 
 static void take_cycle(lc_run *r, const lc_record *rec)
 {
-    if (!planned_cycle(r, &rec->u.cycle.id)) return;
+    if (!planned_cycle(r, &rec->u.cycle.id)) {
+        /* out of step (a subject writing to the record descriptor): no
+           checkpoint can be judged any more - let the worker run to the
+           cap instead of waiting for an answer (a hang after --timeout) */
+        if (rec->u.cycle.id.seq > (long)r->ncyc) early_stop_lost(r);
+        return;
+    }
     lc_cycle c = {rec->u.cycle.id, {0}, -1};
     memcpy(c.v, rec->u.cycle.v, sizeof c.v);
     r->cyc = grow(r->cyc, &r->capcyc, r->ncyc + 1, sizeof *r->cyc);
@@ -362,12 +380,11 @@ static void worker_argv(const lc_request *q, char **argv, char num[4][32])
     argv[n++] = num[1];
     if (!q->baseline) argv[n++] = "--no-baseline";
     if (q->early_stop) {   /* blocks of 1: a run stopped after any round is whole */
-        static char every[16];
-        snprintf(every, sizeof every, "%d", LC_EARLY_STOP_ROUNDS);
+        _Static_assert(LC_EARLY_STOP_ROUNDS == 5, "the worker's --early-stop argument below");
         argv[n++] = "--block";
         argv[n++] = "1";
         argv[n++] = "--early-stop";
-        argv[n++] = every;
+        argv[n++] = "5";   /* a literal: --scan --jobs builds argvs in threads */
     }
     if (q->where) argv[n++] = "--where";
     if (q->no_wrapper) argv[n++] = "--no-allocator-wrapper";
@@ -616,11 +633,16 @@ static void end_worker(lc_run *r, lc_worker *w, int *status)
 static int spawn_worker(lc_run *r, char *const argv[], lc_worker *w, int fds[3])
 {
     pthread_once(&groups_once, groups_init);
-    int recp[2], outp[2], errp[2], ctl[2] = {-1, -1};
+    int p[4][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}}, *recp = p[0], *outp = p[1], *errp = p[2], *ctl = p[3];
+    const char *what = "pipe";
     if (pipe2(recp, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0
-        || (r->rounds_cap && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0)) {
+        || (r->rounds_cap && (what = "socketpair", socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0))) {
+        int e = errno;
+        for (int i = 0; i < 4; i++)   /* what was opened before the failure */
+            for (int j = 0; j < 2; j++)
+                if (p[i][j] >= 0) close(p[i][j]);
         r->outcome = LC_OUT_SPAWN;
-        snprintf(r->error, sizeof r->error, "pipe: %s", strerror(errno));
+        snprintf(r->error, sizeof r->error, "%s: %s", what, strerror(e));
         return -1;
     }
     posix_spawn_file_actions_t fa;

@@ -247,7 +247,7 @@ def run(module=None, code=None, file=None, *, config=None, cycles=None, warmup=N
     early_stop  --early-stop: cycles is a cap; the run ends once its verdict
              held at two checkpoints (every 5 rounds) in a row
              (Result.early_stop: {"cap", "every", "checkpoints", "stopped_at"};
-             Result.cycles: the rounds judged)
+             Result.cycles: --cycles, or the rounds judged at the stop)
     python   which CPython: "X.Y", "X.Y.Z", "X.Yd" or a python3.X-config path;
              default the one running this code (its python3.X-config; the tool's
              build CPython is then checked to be this one if there is none)
