@@ -8,7 +8,8 @@
 #                     of each (STRESS_PER_MINOR; needs root for the sid tree): on the host's
 #                     (STRESS_HOST_ALL) valgrind memcheck on the state, error and phase tests
 #                     (on the minors of STRESS_VALGRIND),
-#                     the thread test (tests/test_threads: 30 s each, for CI time) and its TSan build, and
+#                     the thread test (tests/test_threads: 20 s each, for CI time), its TSan
+#                     build (on STRESS_HOST only of the host's: CI time), and
 #                     on STRESS_HOST pyfini-leakcheck's fuzz targets too (15 s each; clang is
 #                     on the host only); on the sid tree's (STRESS_SID_ALL) valgrind, the
 #                     thread test, its TSan build and the soak (pyfini-leakcheck on _pyfini_soak, legacy and
@@ -66,10 +67,10 @@ test-matrix: deps
 stress: deps
 	@mkdir -p build; rows=build/stress-rows; rm -f $$rows build/stress-lane*; t0=$$(date +%s); rc=0; \
 	vg() { case " $(STRESS_VALGRIND) " in *" $$1 "*) echo valgrind ;; esac; }; \
-	host() { s=30; parts="$$(vg $$1) soak-threads tsan"; \
-	  if [ "$$1" = "$(STRESS_HOST)" ]; then parts="$$parts fuzz"; fi; \
+	host() { s=20; parts="$$(vg $$1) soak-threads"; \
+	  if [ "$$1" = "$(STRESS_HOST)" ]; then parts="$$parts tsan fuzz"; fi; \
 	  STRESS_ROWS=$$2 STRESS_PER_MINOR=1 PYTHON=$$1 PYFINI_THREADS_SECONDS=$$s tools/stress $$parts; }; \
-	sid() { n=1000; s=30; if [ "$$1" = "$(STRESS_SID)" ]; then n=$(STRESS_SOAK_CYCLES); fi; \
+	sid() { n=1000; s=20; if [ "$$1" = "$(STRESS_SID)" ]; then n=$(STRESS_SOAK_CYCLES); fi; \
 	  echo "STRESS_ROWS=$$2 STRESS_PER_MINOR=1 PYTHON=$$1 PYFINI_SOAK_CYCLES=$$n PYFINI_THREADS_SECONDS=$$s BUILD_ROOT=build/sid tools/stress $$(vg $$1) soak-threads tsan soak"; }; \
 	set -- $(STRESS_HOST_ALL); first=$$1; shift; \
 	echo "make stress: host $$first beside $$* (logs build/stress-lane1.log, build/stress-lane2.log)"; \
