@@ -246,7 +246,7 @@ static void early_stop_check(lc_run *r)
     r->checkpoints++;
     if (!stop) return;
     r->stopped_at = rounds;
-    r->sched = lc_schedule_make_block(r->sched.warmup, rounds, r->sched.subject, r->sched.paired || !r->sched.subject,
+    r->sched = lc_schedule_make_block(r->sched.warmup, rounds, r->sched.subject, r->sched.paired,
                                       r->sched.block);
     r->expected_cycles = lc_schedule_length(&r->sched);
 }
