@@ -351,6 +351,10 @@ static void check_request(const lc_request *q)
         lc_usage_error("--scan runs few cycles per module and no --where: run --import MOD --where for one row");
     if (q->scan && q->csv) lc_usage_error("--scan writes no --csv: run --import MOD --csv FILE for one row");
     if (q->early_stop && q->demo) lc_usage_error("--demo runs its own schedule: no --early-stop");
+    if (q->early_stop && q->scan && (!q->cycles_set || q->cycles <= 2 * LC_EARLY_STOP_ROUNDS))
+        lc_usage_error("--scan --early-stop: %s judged cycles never stop early (the earliest stop is after %d "
+                       "rounds): give --cycles %d or more", q->cycles_set ? "these" : "the scan's default",
+                       2 * LC_EARLY_STOP_ROUNDS, 4 * LC_EARLY_STOP_ROUNDS);
     if (q->jobs && !q->scan) lc_usage_error("--jobs %ld: only --scan runs workers in parallel", q->jobs);
     if (q->plot && q->demo) lc_usage_error("--demo draws no --plot: run one check or --scan with --plot");
     char why[256];

@@ -28,6 +28,7 @@ typedef struct scan_cell {
     char message[600];
     double py_per_cycle, malloc_per_cycle, loss;
     int py_known;
+    long rounds;         /* judged rounds run: fewer than the cap after --early-stop stopped */
 } scan_cell;
 
 typedef struct scan_row {
@@ -112,6 +113,7 @@ static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
     const meter_result *count;
     analysis a;
     lc_analyse(r, &a, q->max_bytes);
+    c->rounds = (long)r->sched.cycles;
     const meter_result *worst = NULL;
     int heap_exact = 0;
     for (size_t i = 0; i < LC_NMETERS; i++)
@@ -161,7 +163,7 @@ static void judged_cell(scan_cell *c, const lc_run *r, const lc_request *q)
     } else if (a.nundecided || !a.rounds_judged) {
         c->severity = SEV_NOT_JUDGED;
         lc_scopy(c->status, sizeof c->status, "not judged");
-        size_t off = (size_t)snprintf(c->message, sizeof c->message, "in %ld cycles, not \"no leak\":", q->cycles);
+        size_t off = (size_t)snprintf(c->message, sizeof c->message, "in %ld cycles, not \"no leak\":", c->rounds);
         for (int i = 0; i < a.nundecided && off < sizeof c->message; i++)
             off += (size_t)snprintf(c->message + off, sizeof c->message - off, "%s %s %s", i ? "," : "",
                                     a.m[a.undecided[i]].def->name,
@@ -426,8 +428,8 @@ static int plot_scan(const scan_row *rows, size_t n, const scan_cols *cols, cons
     snprintf(title, sizeof title, "pyfini-leakcheck --scan: CPython %s%s (%s build), %zu module%s", lr->version,
              lr->abiflags, lr->debug ? "debug" : "release", n, lc_plural((long long)n));
     snprintf(subtitle, sizeof subtitle, "bytes lost per cycle%s: the %zu of %zu module%s with a LEAK figure, most "
-             "first; %ld warm-up + %ld judged cycles each", q->baseline ? " beyond a bare cycle" : "", nb, leaking,
-             lc_plural((long long)leaking), q->warmup, q->cycles);
+             "first; %ld warm-up + %s%ld judged cycles each", q->baseline ? " beyond a bare cycle" : "", nb, leaking,
+             lc_plural((long long)leaking), q->warmup, q->early_stop ? "up to " : "", q->cycles);
     lc_plot_scan_data d = {title, subtitle, {NULL, NULL}, cols->n, bars, nb};
     for (int k = 0; k < cols->n; k++) d.configs[k] = interp_configs[cols->cfg[k]].name;
     int rc = lc_plot_scan(q->plot, &d, err, sizeof err);
@@ -446,6 +448,13 @@ static void print_scan_json(const scan_row *rows, size_t n, const scan_cols *col
     json_object_set_new(o, "python", lc_python_json(q, lr));
     json_object_set_new(o, "warmup", json_integer(q->warmup));
     json_object_set_new(o, "cycles", json_integer(q->cycles));
+    json_t *early = json_null();
+    if (q->early_stop) {
+        early = json_object();
+        json_object_set_new(early, "cap", json_integer(q->cycles));
+        json_object_set_new(early, "every", json_integer(LC_EARLY_STOP_ROUNDS));
+    }
+    json_object_set_new(o, "early_stop", early);
     json_object_set_new(o, "judged", lc_json_str(q->baseline ? "excess" : "raw"));
     json_object_set_new(o, "max_bytes_per_cycle", json_real(q->max_bytes));
     json_object_set_new(o, "max_rss", json_integer(q->max_rss));
@@ -465,6 +474,7 @@ static void print_scan_json(const scan_row *rows, size_t n, const scan_cols *col
                                                            c->py_known ? json_real(c->py_per_cycle) : json_null());
             json_object_set_new(cellj, "malloc_per_cycle", c->ran && (c->severity == SEV_OK || c->severity == SEV_LEAK)
                                                                ? json_real(c->malloc_per_cycle) : json_null());
+            json_object_set_new(cellj, "cycles", c->rounds > 0 ? json_integer(c->rounds) : json_null());
             json_object_set_new(rj, interp_configs[cols->cfg[k]].name, cellj);
         }
         json_array_append_new(arr, rj);
@@ -483,8 +493,12 @@ static void print_scan_text(const scan_row *rows, size_t n, const scan_cols *col
            lr->debug ? "debug" : "release");
     if (next == n) printf("%zu extension module%s", n, lc_plural((long long)n));
     else printf("%zu module%s (extension modules on sys.path among them: %zu)", n, lc_plural((long long)n), next);
-    printf(", %ld warm-up + %ld judged cycles each (%s)\n\n", q->warmup, q->cycles,
+    printf(", %ld warm-up + %s%ld judged cycles each (%s)\n", q->warmup, q->early_stop ? "up to " : "", q->cycles,
            q->baseline ? "excess over a bare cycle" : "raw, --no-baseline");
+    if (q->early_stop)
+        printf("--early-stop: each module judged every %d rounds, stopped once its verdicts held at two checkpoints\n",
+               LC_EARLY_STOP_ROUNDS);
+    printf("\n");
     printf("%-36s", "module");
     for (int k = 0; k < cols->n; k++) printf(" %-22s", interp_configs[cols->cfg[k]].name);
     printf("\n");

@@ -2105,6 +2105,17 @@ START_TEST(test_scan_options)
     ck_assert_msg(!json_object_get(row, "isolated"), "--config legacy still has an isolated column");
     ck_assert_int_eq(json_array_size(json_object_get(r.json, "configs")), 1);
     free_result(&r);
+    /* --early-stop in a scan: a cap each module may stop below (its cell says
+       where), and never with the scan's 8 cycles (the earliest stop is 10) */
+    r = run_tool((const char *[]){"--scan", "--import", "_pyfini_leak64", "--config", "legacy", "--early-stop",
+                                  "--cycles", "40", "--warmup", "3", "--json", NULL});
+    ck_assert_msg(r.status == 1, "--early-stop scan of 64 B/cycle: exit %d\n%s%s", r.status, tail(r.out), tail(r.err));
+    json_t *cell = json_object_get(json_array_get(json_object_get(r.json, "modules"), 0), "legacy");
+    json_int_t rounds = json_integer_value(json_object_get(cell, "cycles"));
+    ck_assert_msg(rounds >= 10 && rounds <= 40, "cell cycles %lld", (long long)rounds);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(r.json, "early_stop"), "cap")), 40);
+    free_result(&r);
+    expect_usage((const char *[]){"--scan", "--early-stop", NULL}, "never stop early");
     expect_usage((const char *[]){"--scan", "--where", NULL}, "--import MOD --where");
     expect_usage((const char *[]){"--scan", "--csv", "/dev/null", NULL}, "writes no --csv");
     if (!at_least(3, 12))
