@@ -219,7 +219,7 @@ static int parse_wanted(const char *want, wanted *w)
 }
 
 /* The executables matching the glob pattern pat, appended to cands (each
-   path once; pyenv's shims skipped: each stands for a Python found in pyenv's
+   script once; pyenv's shims skipped: each stands for a Python found in pyenv's
    versions or later on PATH). */
 static void add_matches(const char *pat, char cands[][PATH_MAX], int *nc, int max)
 {
@@ -227,8 +227,10 @@ static void add_matches(const char *pat, char cands[][PATH_MAX], int *nc, int ma
     if (glob(pat, 0, NULL, &g) != 0) return;
     for (size_t i = 0; i < g.gl_pathc && *nc < max; i++) {
         const char *c = g.gl_pathv[i];
-        int dup = strstr(c, "/shims/") != NULL || strlen(c) >= PATH_MAX || access(c, X_OK) != 0;
-        for (int j = 0; j < *nc && !dup; j++) dup = strcmp(cands[j], c) == 0;
+        char ri[PATH_MAX], rj[PATH_MAX];
+        /* a script once, by its real path (/bin = /usr/bin): the first path stays */
+        int dup = strstr(c, "/shims/") != NULL || strlen(c) >= PATH_MAX || access(c, X_OK) != 0 || !realpath(c, ri);
+        for (int j = 0; j < *nc && !dup; j++) dup = realpath(cands[j], rj) && strcmp(ri, rj) == 0;
         if (!dup) snprintf(cands[(*nc)++], PATH_MAX, "%s", c);
     }
     globfree(&g);
