@@ -4,7 +4,7 @@
 #   make demo-phases  the four phases in the main and an isolated sub-interpreter
 #   make test         the whole suite on every CPython found (plain and ASan+UBSan builds)
 #   make test-matrix  the suite on every host CPython and on the Debian sid CPythons (root; see README)
-#   make stress       tools/stress on one CPython per minor version, the newest release build
+#   make stress       tools/stress-all: tools/stress on one CPython per minor version, the newest release build
 #                     of each (STRESS_PER_MINOR; needs root for the sid tree): on the host's
 #                     (STRESS_HOST_ALL) valgrind memcheck on the state, error and phase tests
 #                     (on the minors of STRESS_VALGRIND),
@@ -64,30 +64,12 @@ test: deps
 test-matrix: deps
 	tools/test-matrix
 
-# the heavy checks of issue 16 on one CPython per minor version (CI time)
+# the heavy checks of issue 16 on one CPython per minor version (CI time):
+# tools/stress-all, with the variables above
 stress: deps
-	@mkdir -p build; rows=build/stress-rows; rm -f $$rows build/stress-lane*; t0=$$(date +%s); rc=0; \
-	vg() { case " $(STRESS_VALGRIND) " in *" $$1 "*) echo valgrind ;; esac; }; \
-	host() { s=20; parts="$$(vg $$1) soak-threads"; \
-	  if [ "$$1" = "$(STRESS_HOST)" ]; then parts="$$parts tsan fuzz"; fi; \
-	  STRESS_ROWS=$$2 STRESS_PER_MINOR=1 PYTHON=$$1 PYFINI_THREADS_SECONDS=$$s tools/stress $$parts; }; \
-	sid() { n=1000; s=20; if [ "$$1" = "$(STRESS_SID)" ]; then n=$(STRESS_SOAK_CYCLES); fi; \
-	  echo "STRESS_ROWS=$$2 STRESS_PER_MINOR=1 PYTHON=$$1 PYFINI_SOAK_CYCLES=$$n PYFINI_THREADS_SECONDS=$$s BUILD_ROOT=build/sid tools/stress $$(vg $$1) soak-threads tsan soak"; }; \
-	set -- $(STRESS_HOST_ALL); first=$$1; shift; \
-	echo "make stress: host $$first beside $$* (logs build/stress-lane1.log, build/stress-lane2.log)"; \
-	{ host $$first build/stress-lane1.rows >build/stress-lane1.log 2>&1 || echo fail >build/stress-lane1.fail; } & \
-	{ for v in "$$@"; do host $$v build/stress-lane2.rows || echo fail >build/stress-lane2.fail; done >build/stress-lane2.log 2>&1; } & \
-	wait; \
-	set -- $(STRESS_SID_ALL); first=$$1; shift; \
-	echo "make stress: sid $$first beside $$* (logs build/stress-lane3.log, build/stress-lane4.log)"; \
-	lane2=""; for v in "$$@"; do lane2="$$lane2 env $$(sid $$v build/stress-lane4.rows) || echo fail >build/stress-lane4.fail;"; done; \
-	tools/sid-tree run sh -c "{ env $$(sid $$first build/stress-lane3.rows) >build/stress-lane3.log 2>&1 || echo fail >build/stress-lane3.fail; } & \
-	  { $$lane2 } >build/stress-lane4.log 2>&1 & wait" || rc=1; \
-	for l in 1 2 3 4; do [ -f build/stress-lane$$l.log ] && cat build/stress-lane$$l.log; \
-	  [ -f build/stress-lane$$l.fail ] && rc=1; cat build/stress-lane$$l.rows >>$$rows 2>/dev/null; done; \
-	echo; echo "make stress: every row (host $(STRESS_HOST_ALL), sid $(STRESS_SID_ALL); two lanes at once), $$(( $$(date +%s) - t0 )) s in all:"; \
-	cat $$rows 2>/dev/null || echo "(no rows: see above)"; \
-	nf=$$(grep -c ' FAIL' $$rows 2>/dev/null); echo "make stress: $${nf:-?} rows failed"; exit $$rc
+	@STRESS_HOST='$(STRESS_HOST)' STRESS_HOST_ALL='$(STRESS_HOST_ALL)' STRESS_SID='$(STRESS_SID)' \
+	  STRESS_SID_ALL='$(STRESS_SID_ALL)' STRESS_VALGRIND='$(STRESS_VALGRIND)' \
+	  STRESS_SOAK_CYCLES='$(STRESS_SOAK_CYCLES)' tools/stress-all
 
 bench: all
 	$(BUILD)/bench/bench_state

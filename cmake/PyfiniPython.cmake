@@ -1,6 +1,7 @@
 # PyfiniPython.cmake - the CPython to embed, described by its python3.X-config script.
 #
-# Input:  PYFINI_PYTHON_CONFIG  path of python3.X-config (default: the first of tools/find-pythons)
+# Input:  PYFINI_PYTHON_CONFIG  path of python3.X-config (default: tools/find-pythons --default,
+#                               the newest release build found)
 # Output: target pyfini_python  (INTERFACE: -I of the headers, --ldflags --embed, rpath to libpython
 #                                unless PYFINI_PYTHON_RPATH is OFF)
 #         PYFINI_PY_VERSION     e.g. 3.12.1
@@ -10,29 +11,17 @@
 # headers are links to the release ones (see ../shared/reference/lab.md).
 
 if(NOT PYFINI_PYTHON_CONFIG)
-  execute_process(COMMAND "${PROJECT_SOURCE_DIR}/tools/find-pythons"
+  # tools/find-pythons --default: the newest release build found (else the
+  # first found)
+  execute_process(COMMAND "${PROJECT_SOURCE_DIR}/tools/find-pythons" --default
                   OUTPUT_VARIABLE _pyfini_found RESULT_VARIABLE _rc
                   OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT _rc EQUAL 0 OR _pyfini_found STREQUAL "")
     message(FATAL_ERROR "pyfini: no CPython >= 3.11 with headers and a shared libpython; "
                         "install python3-dev or set -DPYFINI_PYTHON_CONFIG=/path/to/python3.X-config")
   endif()
-  string(REPLACE "\n" ";" _pyfini_lines "${_pyfini_found}")
-  # newest release build by default
-  set(_pick "")
-  foreach(_line IN LISTS _pyfini_lines)
-    string(REPLACE "\t" ";" _f "${_line}")
-    list(GET _f 0 _tag)
-    list(GET _f 1 _cfg)
-    if(NOT _tag MATCHES "d(-[0-9]+)?$")
-      set(_pick "${_cfg}")
-    endif()
-  endforeach()
-  if(_pick STREQUAL "")
-    list(GET _pyfini_lines 0 _line)
-    string(REPLACE "\t" ";" _f "${_line}")
-    list(GET _f 1 _pick)
-  endif()
+  string(REPLACE "\t" ";" _f "${_pyfini_found}")
+  list(GET _f 1 _pick)
   set(PYFINI_PYTHON_CONFIG "${_pick}" CACHE FILEPATH "python3.X-config of the CPython to embed")
 endif()
 

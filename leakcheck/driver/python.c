@@ -1,7 +1,8 @@
 /* python.c - which worker runs the cycles: the one built with pyfini for
  * the build's CPython, or, for --python X.Y, one compiled once for that
- * CPython into a cache directory (found the way tools/find-pythons finds
- * Pythons: pythonX.Y-config on PATH, then pyenv versions). */
+ * CPython into a cache directory (found and chosen as tools/find-pythons
+ * --choose X.Y does: pythonX.Y-config on PATH, then pyenv versions, the
+ * newest; the test leakcheck.python_choice compares the two). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -137,30 +138,29 @@ static char *config_query(const char *config, const char *a1, const char *a2)
     return capture(argv, NULL);
 }
 
-/* Version (from patchlevel.h) and ABI flags of a python3.X-config. */
-static int config_version(const char *config, char *ver, size_t vn, char *abi, size_t an)
+/* The version in patchlevel.h of the headers in dir into ver (64 bytes). */
+static int header_version(const char *dir, char *ver)
 {
-    char *inc = config_query(config, "--includes", NULL);
-    if (!inc) return -1;
-    char dir[PATH_MAX] = "";
-    if (sscanf(inc, "-I%4095s", dir) != 1) {
-        free(inc);
-        return -1;
-    }
-    free(inc);
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/patchlevel.h", dir);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     char line[512];
     int ok = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "#define PY_VERSION \"%63[^\"]\"", ver) == 1) {
-            ok = 0;
-            break;
-        }
+    while (ok < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "#define PY_VERSION \"%63[^\"]\"", ver) == 1) ok = 0;
     fclose(f);
-    (void)vn;
+    return ok;
+}
+
+/* Version (from patchlevel.h) and ABI flags of a python3.X-config. */
+static int config_version(const char *config, char *ver, char *abi, size_t an)
+{
+    char *inc = config_query(config, "--includes", NULL);
+    if (!inc) return -1;
+    char dir[PATH_MAX] = "";
+    int ok = sscanf(inc, "-I%4095s", dir) == 1 ? header_version(dir, ver) : -1;
+    free(inc);
     char *a = config_query(config, "--abiflags", NULL);
     snprintf(abi, an, "%s", a ? a : "");
     free(a);
@@ -178,7 +178,7 @@ static int config_from_path(const char *want, char *out, size_t n, char *ver, ch
         snprintf(err, errn, "--python %s: not an executable python3.X-config", want);
         return -1;
     }
-    if (config_version(want, ver, 64, abi, 16) < 0) {
+    if (config_version(want, ver, abi, 16) < 0) {
         snprintf(err, errn, "--python %s: does not answer like a python3.X-config (no headers?)", want);
         return -1;
     }
@@ -193,7 +193,7 @@ static int config_from_path(const char *want, char *out, size_t n, char *ver, ch
 
 typedef struct wanted {
     int major, minor, patch;   /* patch -1: any */
-    char dbg[4];               /* "d" for a debug build */
+    char abi[4];               /* ABI flags: "d" for a debug build */
     char name[64];             /* python3.Xd-config */
 } wanted;
 
@@ -201,92 +201,203 @@ typedef struct wanted {
    that form, -2 older than 3.11 */
 static int parse_wanted(const char *want, wanted *w)
 {
-    int pos = 0;
+    int pos = 0, na = 0;
     w->patch = -1;
-    w->dbg[0] = 0;
+    w->abi[0] = 0;
     if (sscanf(want, "%d.%d%n", &w->major, &w->minor, &pos) < 2) return -1;
     if (want[pos] == '.') {
         int p2 = 0;
         if (sscanf(want + pos, ".%d%n", &w->patch, &p2) < 1) return -1;
         pos += p2;
     }
-    if (want[pos] == 'd') w->dbg[0] = 'd', w->dbg[1] = 0, pos++;
+    while (want[pos] >= 'a' && want[pos] <= 'z' && na < 3) w->abi[na++] = want[pos++];
+    w->abi[na] = 0;
     if (want[pos] != 0 || w->major < 2 || w->minor < 0) return -1;
     if (too_old(w->major, w->minor)) return -2;
-    snprintf(w->name, sizeof w->name, "python%d.%d%s-config", w->major, w->minor, w->dbg);
+    snprintf(w->name, sizeof w->name, "python%d.%d%s-config", w->major, w->minor, w->abi);
     return 0;
 }
 
-/* Executables matching the glob pattern name on PATH, then in pyenv's versions. */
+/* The executables matching the glob pattern pat, appended to cands (each
+   script once; pyenv's shims skipped: each stands for a Python found in pyenv's
+   versions or later on PATH). */
+static void add_matches(const char *pat, char cands[][PATH_MAX], int *nc, int max)
+{
+    glob_t g;
+    if (glob(pat, 0, NULL, &g) != 0) return;
+    for (size_t i = 0; i < g.gl_pathc && *nc < max; i++) {
+        const char *c = g.gl_pathv[i];
+        char ri[PATH_MAX], rj[PATH_MAX];
+        /* a script once, by its real path (/bin = /usr/bin): the first path stays */
+        int dup = strstr(c, "/shims/") != NULL || strlen(c) >= PATH_MAX || access(c, X_OK) != 0 || !realpath(c, ri);
+        for (int j = 0; j < *nc && !dup; j++) dup = realpath(cands[j], rj) && strcmp(ri, rj) == 0;
+        if (!dup) snprintf(cands[(*nc)++], PATH_MAX, "%s", c);
+    }
+    globfree(&g);
+}
+
+/* Executables matching the glob pattern name on PATH (in its order), then in
+   pyenv's versions. */
 static int candidates(const char *name, char cands[][PATH_MAX], int max)
 {
     int nc = 0;
     const char *path = getenv("PATH");
-    char *pcopy = strdup(path ? path : "/usr/bin:/bin");
+    char *pcopy = strdup(path && *path ? path : "/usr/bin:/bin");
     char pat[PATH_MAX];
-    glob_t g;
-    for (char *save = NULL, *d = strtok_r(pcopy, ":", &save); d && nc < max; d = strtok_r(NULL, ":", &save)) {
+    for (char *save = NULL, *d = strtok_r(pcopy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
         snprintf(pat, sizeof pat, "%s/%s", d, name);
-        if (glob(pat, 0, NULL, &g) != 0) continue;
-        for (size_t i = 0; i < g.gl_pathc && nc < max; i++)
-            if (access(g.gl_pathv[i], X_OK) == 0) snprintf(cands[nc++], PATH_MAX, "%s", g.gl_pathv[i]);
-        globfree(&g);
+        add_matches(pat, cands, &nc, max);
     }
     free(pcopy);
-    const char *pyenv = getenv("PYENV_ROOT");
-    const char *home = getenv("HOME");
+    const char *pyenv = getenv("PYENV_ROOT"), *home = getenv("HOME");
     if (pyenv) snprintf(pat, sizeof pat, "%s/versions/*/bin/%s", pyenv, name);
     else snprintf(pat, sizeof pat, "%s/.pyenv/versions/*/bin/%s", home ? home : "/root", name);
-    if (glob(pat, 0, NULL, &g) == 0) {
-        for (size_t i = 0; i < g.gl_pathc && nc < max; i++) snprintf(cands[nc++], PATH_MAX, "%s", g.gl_pathv[i]);
-        globfree(&g);
-    }
+    add_matches(pat, cands, &nc, max);
     return nc;
 }
 
+/* A usable CPython, as tools/find-pythons judges one: the canonical path of
+   its config script (the one in its own exec-prefix), its version, ABI flags
+   and identity (headers, ABI flags, shared libpython). */
+typedef struct lc_python {
+    char config[PATH_MAX], ver[64], abi[16], key[2 * PATH_MAX + 20];
+} lc_python;
+
+/* The next blank-separated word of *p (its length in *len), or NULL. */
+static const char *next_word(const char **p, size_t *len)
+{
+    *p += strspn(*p, " \t\n");
+    if (!**p) return NULL;
+    const char *w = *p;
+    *len = strcspn(w, " \t\n");
+    *p += *len;
+    return w;
+}
+
+/* Into out (PATH_MAX): the canonical path of lib<name>.so in a -L directory
+   of ldflags, the multiarch library directory, /usr/lib or /usr/local/lib. */
+static int find_libpython(const char *ldflags, const char *name, char *out)
+{
+    static char multiarch[128];
+    static int asked;
+    if (!asked) {
+        char *argv[] = {"cc", "-print-multiarch", NULL}, *m = capture(argv, NULL);
+        snprintf(multiarch, sizeof multiarch, "%s", m ? m : "");
+        free(m);
+        asked = 1;
+    }
+    char dirs[24][PATH_MAX];
+    int nd = 0;
+    size_t l;
+    for (const char *p = ldflags, *w; (w = next_word(&p, &l)) && nd < 21;)
+        if (l > 2 && l < PATH_MAX && !strncmp(w, "-L", 2)) snprintf(dirs[nd++], PATH_MAX, "%.*s", (int)(l - 2), w + 2);
+    snprintf(dirs[nd++], PATH_MAX, "/usr/lib/%s", multiarch);
+    snprintf(dirs[nd++], PATH_MAX, "/usr/lib");
+    snprintf(dirs[nd++], PATH_MAX, "/usr/local/lib");
+    for (int i = 0; i < nd; i++) {
+        char lib[PATH_MAX + 80];
+        snprintf(lib, sizeof lib, "%.4000s/lib%.60s.so", dirs[i], name);
+        if (access(lib, F_OK) == 0) return realpath(lib, out) ? 0 : -1;
+    }
+    return -1;
+}
+
+/* cand, a python3.X-config: whether it is usable (see lc_python), into py. */
+static int examine(const char *cand, lc_python *py)
+{
+    char *inc = config_query(cand, "--includes", NULL), *ep = config_query(cand, "--exec-prefix", NULL);
+    char incdir[PATH_MAX] = "", conf[PATH_MAX + 80], real_inc[PATH_MAX], lib[64] = "", real_lib[PATH_MAX];
+    size_t l;
+    const char *p = inc ? inc : "", *w = next_word(&p, &l);
+    if (w && l > 2 && l < PATH_MAX && !strncmp(w, "-I", 2)) snprintf(incdir, sizeof incdir, "%.*s", (int)(l - 2), w + 2);
+    /* a Debian alias: the script in the Python's own exec-prefix */
+    snprintf(conf, sizeof conf, "%s/bin/%s", ep ? ep : "", strrchr(cand, '/') ? strrchr(cand, '/') + 1 : cand);
+    if (!ep || strlen(conf) >= PATH_MAX || access(conf, X_OK) != 0) snprintf(conf, sizeof conf, "%s", cand);
+    free(inc);
+    free(ep);
+    char h[PATH_MAX + 16];
+    snprintf(h, sizeof h, "%s/Python.h", incdir);
+    int major = 0, minor = 0;
+    if (!incdir[0] || access(h, F_OK) != 0 || header_version(incdir, py->ver) < 0 ||
+        sscanf(py->ver, "%d.%d", &major, &minor) != 2 || too_old(major, minor))
+        return -1;
+    char *abi = config_query(conf, "--abiflags", NULL), *ld = config_query(conf, "--ldflags", "--embed");
+    snprintf(py->abi, sizeof py->abi, "%s", abi ? abi : "");
+    p = ld ? ld : "";
+    while ((w = next_word(&p, &l)) && !lib[0])
+        if (l > 9 && l < sizeof lib && !strncmp(w, "-lpython3", 9)) snprintf(lib, sizeof lib, "%.*s", (int)(l - 2), w + 2);
+    int ok = ld && lib[0] && find_libpython(ld, lib, real_lib) == 0 && realpath(incdir, real_inc) &&
+             realpath(conf, py->config);
+    free(abi);
+    free(ld);
+    if (!ok) return -1;
+    snprintf(py->key, sizeof py->key, "%s|%s|%s", real_inc, py->abi, real_lib);
+    return 0;
+}
+
+/* Every usable CPython among the executables named by pattern (PATH, then
+   pyenv), each once (by its identity), in the order found. */
+static int scan(const char *pattern, lc_python *found, int max)
+{
+    static char cands[LC_MAX_CANDIDATES][PATH_MAX];
+    int nc = candidates(pattern, cands, LC_MAX_CANDIDATES), nf = 0;
+    for (int i = 0; i < nc && nf < max; i++) {
+        int minor = 0, dup = 0;   /* older minors (by name) are not asked */
+        if (sscanf(strrchr(cands[i], '/') + 1, "python3.%d", &minor) != 1 || too_old(3, minor)) continue;
+        if (examine(cands[i], &found[nf]) < 0) continue;
+        for (int j = 0; j < nf && !dup; j++) dup = strcmp(found[j].key, found[nf].key) == 0;
+        if (!dup) nf++;
+    }
+    return nf;
+}
+
+/* tools/find-pythons' order: X, Y, Z, pre-release (a < b < rc < final), N */
+static int version_cmp(const char *a, const char *b)
+{
+    int k[2][5];
+    const char *v[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        char pre[4] = "";
+        memset(k[i], 0, sizeof k[i]);
+        sscanf(v[i], "%d.%d.%d%3[abrc]%d", &k[i][0], &k[i][1], &k[i][2], pre, &k[i][4]);
+        k[i][3] = !pre[0] ? 3 : pre[0] == 'a' ? 0 : pre[0] == 'b' ? 1 : 2;
+    }
+    for (int j = 0; j < 5; j++)
+        if (k[0][j] != k[1][j]) return k[0][j] < k[1][j] ? -1 : 1;
+    return 0;
+}
+
+static int python_cmp(const lc_python *a, const lc_python *b)
+{
+    int c = version_cmp(a->ver, b->ver);
+    return c ? c : strcmp(a->abi, b->abi);
+}
+
 /* Every CPython pyfini can run on (3.11+) found as python3.X-config (PATH,
-   pyenv), "3.11.2, 3.14.10d", in version order, once each; "none" when there
-   is none. */
+   pyenv; tools/find-pythons' list), "3.11.2, 3.14.10d", in version order,
+   once each; "none" when there is none. */
 static void found_pythons(char *buf, size_t n)
 {
-    static char cands[LC_MAX_CANDIDATES][PATH_MAX], real[LC_MAX_CANDIDATES][PATH_MAX];
-    char vers[LC_MAX_CANDIDATES][80];
-    int nc = candidates("python3.*-config", cands, LC_MAX_CANDIDATES), nv = 0;
-    for (int i = 0; i < nc; i++) {
-        /* asked once per script, older minors (by name) and pyenv's shims
-           (slow: `pyenv exec`; their versions are found in pyenv's folder) not */
-        int minor = 0, seen = 0;
-        real[i][0] = 0;
-        const char *base = strrchr(cands[i], '/') + 1;
-        if (sscanf(base, "python3.%d", &minor) != 1 || too_old(3, minor) || strstr(cands[i], "/shims/")) continue;
-        if (!realpath(cands[i], real[i])) continue;
-        for (int j = 0; j < i && !seen; j++) seen = strcmp(real[i], real[j]) == 0;
-        char v[64] = "", a[16] = "";
-        int major = 0;
-        if (seen || config_version(cands[i], v, sizeof v, a, sizeof a) < 0 ||
-            sscanf(v, "%d.%d", &major, &minor) != 2 || too_old(major, minor))
-            continue;
-        char va[80];
-        snprintf(va, sizeof va, "%s%s", v, a);
-        int at = nv, dup = 0;
-        for (int j = 0; j < nv && !dup; j++) {
-            int c = strverscmp(va, vers[j]);
-            dup = c == 0;
-            if (c < 0 && at == nv) at = j;
+    static lc_python found[LC_MAX_CANDIDATES];
+    int nf = scan("python3.[0-9]*-config", found, LC_MAX_CANDIDATES);
+    for (int i = 1; i < nf; i++)   /* insertion sort: a few entries */
+        for (int j = i; j > 0 && python_cmp(&found[j - 1], &found[j]) > 0; j--) {
+            lc_python t = found[j];
+            found[j] = found[j - 1];
+            found[j - 1] = t;
         }
-        if (dup) continue;
-        memmove(vers[at + 1], vers[at], (size_t)(nv - at) * sizeof vers[0]);
-        snprintf(vers[at], sizeof vers[at], "%s", va);
-        nv++;
-    }
-    snprintf(buf, n, "%s", nv ? "" : "none");
-    for (int j = 0; j < nv; j++) {
+    snprintf(buf, n, "%s", nf ? "" : "none");
+    for (int j = 0; j < nf; j++) {
+        if (j && !python_cmp(&found[j - 1], &found[j])) continue;   /* a second copy */
         size_t l = strlen(buf);
-        snprintf(buf + l, n - l, "%s%.79s", j ? ", " : "", vers[j]);
+        snprintf(buf + l, n - l, "%s%s%s", l ? ", " : "", found[j].ver, found[j].abi);
     }
 }
 
-/* want: "3.12", "3.14d", "3.12.1", or a path to a python3.X-config. */
+/* want: "3.12", "3.14d", "3.12.1", or a path to a python3.X-config; chosen
+   as `tools/find-pythons --choose WANT` chooses: of the python3.X-config
+   scripts of that name (with these ABI flags), the newest version (X.Y.Z:
+   that one), of equal ones the first found. */
 static int find_config(const char *want, char *out, size_t n, char *ver, char *abi, char *err, size_t errn)
 {
     if (strchr(want, '/')) return config_from_path(want, out, n, ver, abi, err, errn);
@@ -301,32 +412,30 @@ static int find_config(const char *want, char *out, size_t n, char *ver, char *a
                  want);
         return -1;
     }
-    static char cands[LC_MAX_CANDIDATES][PATH_MAX];
-    int nc = candidates(w.name, cands, LC_MAX_CANDIDATES);
+    static lc_python found[LC_MAX_CANDIDATES];
+    int nf = scan(w.name, found, LC_MAX_CANDIDATES), pick = -1;
     char seen_versions[1024] = "", exact[32];
     snprintf(exact, sizeof exact, "%d.%d.%d", w.major, w.minor, w.patch);
-    for (int i = 0; i < nc; i++) {
-        char v[64] = "", a[16] = "";
-        if (config_version(cands[i], v, sizeof v, a, sizeof a) < 0) continue;
+    for (int i = 0; i < nf; i++) {
         size_t l = strlen(seen_versions);
-        snprintf(seen_versions + l, sizeof seen_versions - l, "%s%s%s", l ? ", " : "", v, a);
-        if (strcmp(a, w.dbg) != 0 || (w.patch >= 0 && strcmp(v, exact) != 0)) continue;
-        char *real = realpath(cands[i], NULL);
-        int k = snprintf(out, n, "%s", real ? real : cands[i]);
-        free(real);
-        if (k < 0 || (size_t)k >= n) continue;   /* path too long for out */
-        strcpy(ver, v);
-        strcpy(abi, a);
+        snprintf(seen_versions + l, sizeof seen_versions - l, "%s%s%s", l ? ", " : "", found[i].ver, found[i].abi);
+        if (strcmp(found[i].abi, w.abi) != 0 || (w.patch >= 0 && strcmp(found[i].ver, exact) != 0)) continue;
+        if (pick < 0 || version_cmp(found[i].ver, found[pick].ver) > 0) pick = i;
+    }
+    if (pick >= 0 && strlen(found[pick].config) < n) {
+        snprintf(out, n, "%s", found[pick].config);
+        strcpy(ver, found[pick].ver);
+        strcpy(abi, found[pick].abi);
         return 0;
     }
-    char found[1024], why[1200];
-    found_pythons(found, sizeof found);
+    char all[1024], why[1200];
+    found_pythons(all, sizeof all);
     if (seen_versions[0])
         snprintf(why, sizeof why, "%s gives %s", w.name, seen_versions);
     else
         snprintf(why, sizeof why, "no %s on PATH or in pyenv%s", w.name,
                  w.major == 3 ? "; install its -dev package, or pass the path of a python3.X-config" : "");
-    snprintf(err, errn, "--python %s: no such CPython found (%s); CPythons found: %s", want, why, found);
+    snprintf(err, errn, "--python %s: no such CPython found (%s); CPythons found: %s", want, why, all);
     return -1;
 }
 
