@@ -13,7 +13,7 @@
 #                     on STRESS_HOST pyfini-leakcheck's fuzz targets too (15 s each; clang is
 #                     on the host only); on the sid tree's (STRESS_SID_ALL) valgrind, the
 #                     thread test, its TSan build and the soak (pyfini-leakcheck on _pyfini_soak, legacy and
-#                     isolated: STRESS_SOAK_CYCLES (3,000) on STRESS_SID, 1,000 on the others; bare cycles
+#                     isolated: STRESS_SOAK_CYCLES (1,000) on STRESS_SID, 1,000 on the others; bare cycles
 #                     of 3.12/3.13 lose memory themselves). The debug builds are not run (the
 #                     release build of their minor stands for them). Two lanes at once (CI
 #                     time: valgrind leaves a core idle while its longest test ends): on the
