@@ -1463,10 +1463,10 @@ START_TEST(test_whose_cpython)
 END_TEST
 
 /* A module of ours that loses 20 empty lists (about 1.1 kB) per import: its
- * own share is LEAK, exit 1, on every CPython.  Some of its lists may come
- * off CPython's free list (allocated by CPython's code in the same cycle:
- * 3.13.0 puts 6 of 20 on CPython); the subject's share (own sites plus the
- * unattributed rest) holds at least half of the loss. */
+ * own share is LEAK, exit 1, on every CPython, and none of it is CPython's.
+ * Its lists come off CPython's list free list (allocated by CPython's code
+ * earlier in the cycle: 3.11.7 all 20, 3.13.0 6 of them): a free-list
+ * type's allocation is never excused (worker/whose.c, free_list_frame). */
 START_TEST(test_whose_subject)
 {
     result r = run_tool((const char *[]){"--import", "_pyfini_vm_lists20", "--cycles", "20", "--warmup", "3", "--json",
@@ -1479,8 +1479,7 @@ START_TEST(test_whose_subject)
     double e = whose_of(&r, "py", "excess"), s = whose_of(&r, "py", "subject") + whose_of(&r, "py", "unattributed");
     printf("NOTE whose_subject on CPython %s: py +%.0f B/cycle, the subject's +%.0f B (own sites +%.0f B), CPython's "
            "+%.0f B\n", LC_TEST_PY_VERSION, e, s, whose_of(&r, "py", "subject"), whose_of(&r, "py", "cpython"));
-    ck_assert_msg(s >= 0.5 * e && s >= 500, "the subject's share +%.0f B of +%.0f B/cycle", s, e);
-    ck_assert_msg(whose_of(&r, "py", "subject") > 0, "no site of the module called its own");
+    ck_assert_msg(s >= 0.9 * e && s >= 1000, "the subject's share +%.0f B of +%.0f B/cycle", s, e);
     free_result(&r);
 }
 END_TEST

@@ -489,7 +489,7 @@ void wk_report_where(const lc_schedule *s)
             report_python_lines(r->id, &r->info);
         }
     }
+    report_whose(dom, whose_known);   /* (free_list_frame: symbols) */
     lc_symbols_close();
     free(l.rows);
-    report_whose(dom, whose_known);
 }
