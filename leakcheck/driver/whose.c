@@ -108,7 +108,8 @@ void lc_whose_attribute(const lc_request *q, const lc_run *r, analysis *a, lc_wh
 {
     memset(w, 0, sizeof *w);
     w->judge_whole = q->judge_whole;
-    if (!a->leak || r->outcome != LC_OUT_DONE) return;
+    /* nothing to split: no loss, or no subject (bare cycles: all CPython's) */
+    if (!a->leak || r->outcome != LC_OUT_DONE || !lc_has_subject(q)) return;
     a->whose = w;
     w->attempted = 1;
     const lc_run *src = r;
