@@ -433,7 +433,8 @@ static int site_whose(const lc_site_info *info)
 {
     char file[LC_PYLOC_TEXT];
     int have = site_python_file(info, file, sizeof file);
-    int w = wk_whose_site(info->frames, info->nframes, LC_MAX_FRAMES, have == 1 ? file : NULL, have == 2);
+    int w = wk_whose_site(info->domain == LC_DOMAIN_OBJ, info->frames, info->nframes, LC_MAX_FRAMES,
+                          have == 1 ? file : NULL, have == 2);
     return w;
 }
 
@@ -489,7 +490,7 @@ void wk_report_where(const lc_schedule *s)
             report_python_lines(r->id, &r->info);
         }
     }
-    report_whose(dom, whose_known);   /* (free_list_frame: symbols) */
+    report_whose(dom, whose_known);   /* (unrecycled_object: symbols) */
     lc_symbols_close();
     free(l.rows);
 }

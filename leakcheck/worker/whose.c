@@ -20,8 +20,8 @@
  *                stack is whole (not cut at the unwinder's 24 frames, its
  *                outermost frame the worker's or libc's thread start): the
  *                subject's code is nowhere on the stack;
- *                Not CPython's when one of the first frames is a free-list
- *                type's allocation (free_list_frame): unattributed;
+ *                A Python object (domain obj) only when it is of a type
+ *                with no free list (unrecycled_object): else unattributed;
  *  UNATTRIBUTED  every C frame CPython's or neutral and no Python line
  *                (3.11, 3.14+: no tracemalloc pass; a site whose sample
  *                blocks went): the driver counts it as the subject's.
@@ -148,22 +148,23 @@ static int whole_stack(void *const *frames, int nframes, int max_frames)
     return !strncmp(base, "libc.so", 7) || !strncmp(base, "libc-", 5);
 }
 
-/* A block allocated by one of CPython's free-list types may have been
- * handed to another caller since: freed onto the free list by CPython's
- * code, taken off it by the subject's (PyList_New, PyTuple_New, PyDict_New
- * ... pop the free list before they allocate), so the block is not
- * positively CPython's.  3.11.7: all 20 lists _pyfini_vm_lists20 keeps per
- * import came off the list free list, allocated by CPython's own code.
- * The first frames past the allocator are looked up (libdw: static
- * functions too). */
-static int free_list_frame(void *const *frames, int nframes)
+/* An object may change hands without an allocation: CPython's free lists
+ * (list, tuple, dict and its keys, float, slice, context, async generator
+ * parts; 3.13 more) keep freed objects of their type, whoever allocated
+ * them, and hand them to the next caller of the type's constructor.  A
+ * list the import machinery allocated with list() and freed can be the one
+ * the subject's PyList_New(0) keeps (Debian's 3.13.18: 3 of
+ * _pyfini_vm_lists20's 20 lists per import; 3.11.7: all 20).  So an object
+ * (domain obj) is positively CPython's only when it is of a type with no
+ * free list: one of the first frames past the allocator is a constructor of
+ * str, bytes, code objects (looked up with libdw; exported names, so also on
+ * a stripped libpython).  Blocks of the raw and mem domains and plain
+ * C-heap blocks are not recycled across owners. */
+static int unrecycled_object(void *const *frames, int nframes)
 {
-    static const char *const names[] = {
-        "PyList_New", "list_new_prealloc", "PyTuple_New", "tuple_alloc", "_PyTuple_FromArray", "PyFloat_FromDouble",
-        "float_", "PyDict_New", "new_dict", "new_keys_object", "_PyDict_NewPresized", "dict_new", "PySlice_New",
-        "_PySlice_", "context_new", "_context_alloc", "PyContext_", "async_gen_", "_PyLong_New", "future_new_iter",
-        "PyMethod_New", NULL};
-    for (int j = 0; j < nframes && j < 8; j++) {
+    static const char *const names[] = {"PyUnicode_", "_PyUnicode_", "unicode_", "PyBytes_", "_PyBytes_",
+                                        "PyCode_", "_PyCode_", NULL};
+    for (int j = 0; j < nframes && j < 6; j++) {
         lc_frame f;
         if (lc_symbolise(frames[j], &f) < 0) continue;
         for (int i = 0; names[i]; i++)
@@ -172,7 +173,8 @@ static int free_list_frame(void *const *frames, int nframes)
     return 0;
 }
 
-int wk_whose_site(void *const *frames, int nframes, int max_frames, const char *pyfile, int no_python_frame)
+int wk_whose_site(int object, void *const *frames, int nframes, int max_frames, const char *pyfile,
+                  int no_python_frame)
 {
     for (int j = 0; j < nframes; j++)
         if (frames[j] && subject_object(frames[j])) return WK_WHOSE_SUBJECT;
@@ -183,7 +185,7 @@ int wk_whose_site(void *const *frames, int nframes, int max_frames, const char *
     } else {
         cpython = no_python_frame && whole_stack(frames, nframes, max_frames);
     }
-    return cpython && !free_list_frame(frames, nframes) ? WK_WHOSE_CPYTHON : WK_WHOSE_UNATTRIBUTED;
+    return cpython && (!object || unrecycled_object(frames, nframes)) ? WK_WHOSE_CPYTHON : WK_WHOSE_UNATTRIBUTED;
 }
 
 const char *wk_whose_name(int w)
