@@ -116,7 +116,7 @@ static double level_min_per_cycle(const double *xs, const double *xb, size_t n, 
 
 /* Judge one meter: block pairs (paired) or single cycles. */
 static void judge_meter(const lc_run *r, meter_result *m, double thr, int paired, double *xs, double *xb,
-                        double *xe)
+                        double *xe, double shift)
 {
     int v = m->def->value;
     double res = m->def->resolution, k = 1;
@@ -133,6 +133,8 @@ static void judge_meter(const lc_run *r, meter_result *m, double thr, int paired
             else xb[cb++] = (double)(c->v[v] - prev);
         }
     }
+    /* the subject's view (whose.c): CPython's share off the judged series */
+    for (size_t i = 0; shift != 0 && i < (paired ? ce : cs); i++) (paired ? xe : xs)[i] -= shift;
     if (cs) lc_judge(xs, cs, k, res, thr, paired, exact, &m->subject), m->have_subject = 1;
     if (cb) lc_judge(xb, cb, k, res, thr, paired, exact, &m->bare), m->have_bare = 1;
     if (ce) lc_judge(xe, ce, k, res, thr, paired, exact, &m->excess), m->have_excess = 1;
@@ -140,7 +142,7 @@ static void judge_meter(const lc_run *r, meter_result *m, double thr, int paired
     m->verdict = m->judged ? m->judged->verdict : LC_TOO_FEW;
     m->level_min_per_cycle = NAN;
     if (m->judged && m->judged->nchunks) {
-        if (paired) m->level_min_per_cycle = level_min_per_cycle(xs, xb, ce, m->judged->nchunks);
+        if (paired) m->level_min_per_cycle = level_min_per_cycle(xs, xb, ce, m->judged->nchunks) - shift;
         else m->level_min_per_cycle = level_min_per_cycle(cs ? xs : xb, NULL, cs ? cs : cb, m->judged->nchunks);
     }
 }
@@ -183,6 +185,25 @@ static int count_behind(int v)
  * memory (the allowed loss in bytes cannot be told in them); fds do not. */
 static int count_of_memory(int v) { return v == LC_V_BLOCKS || v == LC_V_HEAP_BLOCKS || v == LC_V_REFS; }
 
+/* The subject's view (whose.c): rss and malloc see pages and chunks, heap
+ * is py's malloc-served blocks plus heap.plain - none is split by sites.
+ * Their LEAK in the whole run stood on the meters of the subject's
+ * allocations (py, heap.plain, blocks, heap.blocks: the count behind rss and
+ * malloc, the parts of heap); with CPython's share off, none of those LEAK:
+ * the growth is CPython's too, not the subject's. */
+static void cpython_derived(analysis *a, const analysis *whole)
+{
+    static const int parts[] = {LC_V_PY, LC_V_HEAP_PLAIN, LC_V_BLOCKS, LC_V_HEAP_BLOCKS};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+        if (judged_as(find_meter(a, parts[i]), LC_LEAK)) return;
+    static const int derived[] = {LC_V_RSS, LC_V_MALLOC, LC_V_HEAP};
+    for (size_t i = 0; i < sizeof derived / sizeof *derived; i++) {
+        meter_result *m = find_meter(a, derived[i]);
+        const meter_result *w = lc_meter_result(whole, derived[i]);
+        if (m && w && judged_as(w, LC_LEAK) && m->judged) set_verdict(m, LC_NO_LEAK, LC_OVERRULE_CPYTHON);
+    }
+}
+
 /* The run's rule (leakcheck/README.md, "The verdict", the table):
  *  - no LEAK from noise: a meter's LEAK needs its own level grown in every
  *    chunk (regrtest -R: a leak grows every time), per subject cycle by at
@@ -204,7 +225,7 @@ static int count_of_memory(int v) { return v == LC_V_BLOCKS || v == LC_V_HEAP_BL
  *    (--no-allocator-wrapper) only rss sees Python's objects: rss must say
  *    no leak; where heap is off (AddressSanitizer) malloc must;
  *  - otherwise not judged (exit 4). */
-static void run_rule(analysis *a, double max_bytes)
+static void run_rule(analysis *a, double max_bytes, const analysis *whole)
 {
     /* no LEAK from noise; the count meters first (a bytes meter's LEAK may
        stand on them), malloc last (it looks at heap's final verdict) */
@@ -265,6 +286,7 @@ static void run_rule(analysis *a, double max_bytes)
         set_verdict(mal, LC_INCONCLUSIVE, LC_OVERRULE_MALLOC);
         a->malloc_overruled = 1;
     }
+    if (whole) cpython_derived(a, whole);
     for (size_t mi = 0; mi < LC_NMETERS; mi++) {
         meter_result *m = &a->m[mi];
         if (!m->available || !m->judged) continue;
@@ -300,7 +322,10 @@ static void run_rule(analysis *a, double max_bytes)
     a->no_leak = !a->leak && any && a->nundecided == 0;
 }
 
-void lc_analyse(const lc_run *r, analysis *a, double max_bytes)
+void lc_analyse(const lc_run *r, analysis *a, double max_bytes) { lc_analyse_shifted(r, a, max_bytes, NULL, NULL); }
+
+void lc_analyse_shifted(const lc_run *r, analysis *a, double max_bytes, const double shift[LC_NVALUES],
+                        const analysis *whole)
 {
     memset(a, 0, sizeof *a);
     judged_totals(r, a);
@@ -317,9 +342,9 @@ void lc_analyse(const lc_run *r, analysis *a, double max_bytes)
             m->available = 0;
             continue;
         }
-        judge_meter(r, m, m->def->bytes ? max_bytes : 0, paired, xs, xb, xe);
+        judge_meter(r, m, m->def->bytes ? max_bytes : 0, paired, xs, xb, xe, shift ? shift[v] : 0);
     }
-    run_rule(a, max_bytes);
+    run_rule(a, max_bytes, whole);
     free(xs);
     free(xb);
     free(xe);
@@ -336,7 +361,14 @@ int lc_exit_status(const lc_run *r, const analysis *a)
     case LC_OUT_INTERRUPTED: return LC_EXIT_INTERRUPTED;
     case LC_OUT_DONE:
         if (r->children.failed) return LC_EXIT_CRASH;
-        if (a->leak || r->err.leak_reports) return LC_EXIT_LEAK;
+        if (r->err.leak_reports) return LC_EXIT_LEAK;
+        /* the subject's share (whose.c), where it was told: never "no leak"
+           for want of it (a LEAK whose attribution failed stays LEAK) */
+        if (a->leak && a->whose && a->whose->view && !a->whose->judge_whole) {
+            const analysis *v = a->whose->view;
+            return v->leak ? LC_EXIT_LEAK : v->no_leak ? LC_EXIT_NO_LEAK : LC_EXIT_NOT_JUDGED;
+        }
+        if (a->leak) return LC_EXIT_LEAK;
         return a->no_leak ? LC_EXIT_NO_LEAK : LC_EXIT_NOT_JUDGED;
     }
     return LC_EXIT_CRASH;
@@ -354,6 +386,11 @@ const char *lc_run_verdict(const lc_run *r, const analysis *a)
     if (r->outcome == LC_OUT_INTERRUPTED) return "interrupted";
     if (r->outcome != LC_OUT_DONE) return "error";
     if (r->children.failed) return "child failed";
-    if (a->leak || r->err.leak_reports) return "LEAK";
+    if (r->err.leak_reports) return "LEAK";
+    if (a->leak && a->whose && a->whose->view && !a->whose->judge_whole) {
+        const analysis *v = a->whose->view;
+        return v->leak ? "LEAK" : v->no_leak ? "no leak" : "not judged";
+    }
+    if (a->leak) return "LEAK";
     return a->no_leak ? "no leak" : "not judged";
 }

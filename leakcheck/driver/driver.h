@@ -48,6 +48,7 @@ typedef struct lc_request {
     long long max_rss;          /* --max-rss: bytes of the worker's resident set, 0 no limit */
     int json, where, scan, baseline, demo, no_wrapper;
     int quiet;                  /* --quiet: no progress line */
+    int judge_whole;            /* --judge whole: the exit status judges the whole excess (default: the subject's share) */
     int early_stop;             /* --early-stop: --cycles is a cap (run.c, early_stop_check) */
     int list_extensions;        /* the worker lists extension modules instead of running cycles */
     int version;                /* --version: print the version and the CPython, run nothing */
@@ -85,7 +86,20 @@ typedef struct lc_site {
     char frames[LC_SITE_FRAMES][LC_FRAME_TEXT];
     int npyframes;            /* Python traceback of a sample block (tracemalloc) */
     char pyframes[LC_SITE_PYLINES][LC_FRAME_TEXT];
+    char whose[16];           /* "subject", "cpython", "unattributed" (whose.c), "" unknown */
 } lc_site;
+
+/* --- whose loss (whose.c) -------------------------------------------------- */
+/* What the worker's --where told of every site still holding bytes, summed
+ * by allocator domain and by whose the site is (I records "whose"). */
+#define LC_WHOSE_DOMAINS 5    /* raw, mem, obj, obmalloc, heap (the worker's site domains) */
+enum lc_whose_class { LC_WHOSE_SUBJECT, LC_WHOSE_CPYTHON, LC_WHOSE_UNATTRIBUTED, LC_NWHOSE };
+typedef struct lc_whose_totals {
+    int done;                                   /* "whose_done": the worker classified every site */
+    int64_t bytes[LC_WHOSE_DOMAINS][LC_NWHOSE][2], blocks[LC_WHOSE_DOMAINS][LC_NWHOSE][2];   /* [subject, bare cycles] */
+    long sites[LC_WHOSE_DOMAINS][LC_NWHOSE];
+    char dirs[512];                             /* CPython's directories, as the worker found them */
+} lc_whose_totals;
 
 typedef struct lc_meter_avail {
     int known, available;
@@ -197,6 +211,7 @@ typedef struct lc_run {
     lc_cycle_id begun;  /* last B record */
     char where_note[512];
     char where_python[512];  /* "tracemalloc, N frames" or "unavailable...: why" */
+    lc_whose_totals whose;
     /* how it ended */
     enum lc_outcome outcome;
     char error_kind[32];   /* lc_error_kind_name(), "" when none */
@@ -250,6 +265,8 @@ enum lc_overrule {
                              and shrinks in bare ones) */
     LC_OVERRULE_UNBACKED, /* rss or malloc grew steadily but no count of blocks grew with it: not the
                              subject's allocations, and not "no leak" either (kept undecided) */
+    LC_OVERRULE_CPYTHON,  /* the subject's view (whose.c): rss, malloc or heap LEAK in the whole run, and
+                             no meter of the subject's allocations is LEAK once CPython's share is off */
 };
 
 typedef struct meter_result {
@@ -282,7 +299,38 @@ typedef struct analysis {
     int64_t obm_min, obm_max;
     double obm_mean;
     long obm_n;
+    struct lc_whose *whose;        /* whose the loss is (whose.c), NULL: not asked (no LEAK) */
 } analysis;
+
+/* Whose a run's loss is (whose.c; leakcheck/README.md, "Whose loss"): per
+ * meter that a site domain covers, the excess per cycle split into
+ * CPython's share (sites shown to be CPython's), the subject's sites' and
+ * the rest (unattributed: the subject's for the verdict); the subject's
+ * view: the run judged again with CPython's share taken off each sample. */
+#define LC_WHOSE_PASS_CYCLES 10   /* judged rounds of the attribution pass */
+typedef struct lc_whose {
+    int attempted, done;
+    char why[512];               /* done 0: why not */
+    int from_pass;               /* the data of a short pass with --where after the run (1), or the run's own */
+    long pass_cycles;
+    double pass_seconds;
+    double excess[LC_NVALUES], cpython[LC_NVALUES], subject[LC_NVALUES], unattributed[LC_NVALUES];
+    int covered[LC_NVALUES];     /* a meter the sites split */
+    analysis *view;              /* the subject's view (allocated), NULL unless done */
+    int judge_whole;             /* --judge whole */
+    lc_whose_totals totals;
+} lc_whose;
+/* A run with a LEAK: whose it is, from r's --where data or a short pass
+ * (a second worker); sets a->whose = w.  Nothing when nothing leaked. */
+void lc_whose_attribute(const lc_request *q, const lc_run *r, analysis *a, lc_whose *w);
+void lc_whose_free(lc_whose *w);
+void lc_whose_take_info(lc_run *r, const char *key, const char *val);   /* run.c: the I records */
+const char *lc_whose_issue(const char *version);   /* the CPython issue behind its per-import loss, or NULL */
+/* The whole run judged again with shift[v] taken off every excess sample
+ * of value v; whole: the run's own analysis (rss, malloc, heap LEAKs that
+ * no subject part stands behind become CPython's). */
+void lc_analyse_shifted(const lc_run *r, analysis *a, double max_bytes, const double shift[LC_NVALUES],
+                        const analysis *whole);
 
 void lc_analyse(const lc_run *r, analysis *a, double max_bytes);
 const meter_result *lc_meter_result(const analysis *a, int value);   /* by enum lc_value */

@@ -52,6 +52,8 @@ static int run_check(const lc_request *q)
     }
     analysis a;
     lc_analyse(&r, &a, q->max_bytes);
+    lc_whose w;   /* a LEAK: whose it is (a short pass with --where when the run had none) */
+    lc_whose_attribute(q, &r, &a, &w);
     int status = lc_exit_status(&r, &a);
     /* the file outputs first: one that cannot be written makes a status of
        0 a 2, and the report says the status the process exits with */
@@ -73,6 +75,7 @@ static int run_check(const lc_request *q)
     if (out_failed && !status) status = LC_EXIT_USAGE;
     if (q->json) lc_print_json(q, &r, &a, status);
     else lc_print_report(stdout, q, &r, &a, status);
+    lc_whose_free(&w);
     lc_run_free(&r);
     return status;
 }

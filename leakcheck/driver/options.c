@@ -45,7 +45,8 @@ static void help_usage_and_configs(void)
         "                        [--import MOD]... [--code SRC] [--file F]\n"
         "                        [--cycles N] [--warmup W] [--no-baseline] [--python X.Y]\n"
         "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--junit FILE]\n"
-        "                        [--plot FILE.svg] [--where] [--timeout S] [--max-rss SIZE]\n"
+        "                        [--plot FILE.svg] [--where] [--judge subject|whole] [--timeout S]\n"
+        "                        [--max-rss SIZE]\n"
         "                        [--no-allocator-wrapper] [--quiet] [--scan [--jobs N]] [--demo]\n"
         "       pyfini-leakcheck --version [--python X.Y] | --help\n"
         "\n"
@@ -177,6 +178,20 @@ static void help_output(void)
         "zero part (py.raw) never stands for its inconclusive whole (py); otherwise \"not\n"
         "judged\": never read as a pass.\n"
         "\n"
+        "Whose loss: a run with a LEAK splits the excess per cycle of py*, blocks,\n"
+        "heap.plain and heap.blocks by where each still-held block was allocated: CPython's\n"
+        "share (every C frame in libpython, the standard library's extension modules or\n"
+        "libc & co, and the innermost Python frame in the standard library or the import\n"
+        "machinery), the subject's (a C frame in any other object, or a Python line of\n"
+        "its own) and the rest, unattributed (counted as the subject's).  It uses\n"
+        "--where's data, or (without --where) a short second run with --where after the\n"
+        "first (%d rounds; only when a LEAK was found).\n"
+        "  --judge WHAT      what the exit status judges: 'subject' (default) the subject's\n"
+        "                    share: the run judged again without CPython's share (\"does my\n"
+        "                    module leak?\"); 'whole' the whole excess over the bare cycle.\n"
+        "                    A LEAK whose split could not be made stays LEAK (the report\n"
+        "                    says why)\n"
+        "\n"
         "Exit status:\n"
         "  0  no leak\n"
         "  1  LEAK: a bytes meter judged LEAK above --max-bytes-per-cycle, a count meter\n"
@@ -194,7 +209,7 @@ static void help_output(void)
         "\n"
         "  --version         the version, then the CPython a run would use (the build's,\n"
         "                    or that of --python X.Y) and its worker\n"
-        "  --help            this text\n", LC_PLOT_SCAN_TOP, LC_SITES_PER_DOMAIN, lc_cores(),
+        "  --help            this text\n", LC_PLOT_SCAN_TOP, LC_SITES_PER_DOMAIN, lc_cores(), LC_WHOSE_PASS_CYCLES,
         lc_schedule_min_cycles(1, 1));
 }
 
@@ -252,7 +267,7 @@ static long parse_int(const char *name, const char *s, long min)
 }
 
 enum { O_CONFIG = 1000, O_IMPORT, O_CODE, O_FILE, O_CYCLES, O_WARMUP, O_PYTHON, O_MAXB, O_JSON, O_CSV,
-       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_JUNIT, O_QUIET,
+       O_WHERE, O_SCAN, O_NOBASE, O_TIMEOUT, O_DEMO, O_HELP, O_VERSION, O_NOWRAP, O_JUNIT, O_QUIET, O_JUDGE,
        O_PLOT, O_JOBS, O_MAXRSS, O_EARLY, O_LAST = O_EARLY };
 
 static void set_config(lc_request *q, const char *name)
@@ -283,6 +298,11 @@ static void apply_value(lc_request *q, int c, const char *val)
     case O_CYCLES: q->cycles = parse_int("--cycles", val, 1), q->cycles_set = 1; break;
     case O_WARMUP: q->warmup = parse_int("--warmup", val, 0), q->warmup_set = 1; break;
     case O_PYTHON: q->python = val; break;
+    case O_JUDGE:
+        if (!strcmp(val, "whole")) q->judge_whole = 1;
+        else if (!strcmp(val, "subject")) q->judge_whole = 0;
+        else lc_usage_error("--judge needs 'subject' or 'whole', not '%s'", val);
+        break;
     case O_MAXB: q->max_bytes = parse_num("--max-bytes-per-cycle", val, 0); break;
     case O_CSV: q->csv = val; break;
     case O_JUNIT:
@@ -376,6 +396,7 @@ int lc_parse_args_try(lc_request *q, int argc, char **argv, char *err, size_t er
         {"demo", no_argument, 0, O_DEMO},             {"help", no_argument, 0, O_HELP},
         {"version", no_argument, 0, O_VERSION},       {"no-allocator-wrapper", no_argument, 0, O_NOWRAP},
         {"junit", required_argument, 0, O_JUNIT},      {"quiet", no_argument, 0, O_QUIET},
+        {"judge", required_argument, 0, O_JUDGE},
         {"plot", required_argument, 0, O_PLOT},       {"jobs", required_argument, 0, O_JOBS},
         {"max-rss", required_argument, 0, O_MAXRSS},  {"early-stop", no_argument, 0, O_EARLY},
         {0, 0, 0, 0}};

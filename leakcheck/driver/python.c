@@ -74,10 +74,10 @@ static const char *c_compiler(void) { return access(LC_C_COMPILER, X_OK) == 0 ? 
 /* The worker's files below the source directory (leakcheck/) and its headers: a
  * change in any of them builds a new worker; the .c files are compiled. */
 static const char *const worker_files[] = {
-    "worker/main.c", "worker/meters.c", "worker/subject.c", "worker/where.c", "worker/lc_alloc.c",
+    "worker/main.c", "worker/meters.c", "worker/subject.c", "worker/where.c", "worker/whose.c", "worker/lc_alloc.c",
     "worker/lc_meter.c", "worker/symbols.c", "worker/lc_heap.c", "worker/settle.c", "shared/lc_protocol.c",
     "shared/lc_schedule.c",
-    "worker/worker.h", "worker/lc_alloc.h", "worker/lc_meter.h", "worker/symbols.h", "worker/lc_heap.h",
+    "worker/worker.h", "worker/whose.h", "worker/lc_alloc.h", "worker/lc_meter.h", "worker/symbols.h", "worker/lc_heap.h",
     "worker/lc_heap.dynlist", "shared/lc_protocol.h",
     "shared/lc_schedule.h", "shared/lc_util.h", "../common/interp_configs.h"};
 #define LC_NWORKER_FILES (sizeof worker_files / sizeof *worker_files)

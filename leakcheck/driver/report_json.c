@@ -119,6 +119,7 @@ static json_t *meter_json(const meter_result *m)
         set(mj, "overruled", m->overruled == LC_OVERRULE_MALLOC  ? lc_json_str("malloc")
                              : m->overruled == LC_OVERRULE_NOISE ? lc_json_str("noise")
                              : m->overruled == LC_OVERRULE_UNBACKED ? lc_json_str("unbacked")
+                             : m->overruled == LC_OVERRULE_CPYTHON ? lc_json_str("cpython")
                                                                  : json_null());
     } else {
         set(mj, "verdict", lc_json_str(m->available ? "no judged cycle" : "unavailable"));
@@ -145,6 +146,7 @@ static json_t *site_json(const lc_site *s)
     set(sj, "frames", fr);
     for (int k = 0; k < s->npyframes; k++) json_array_append_new(pf, lc_json_str(s->pyframes[k]));
     set(sj, "python_frames", pf);
+    if (s->whose[0]) set(sj, "whose", lc_json_str(s->whose));
     return sj;
 }
 
@@ -266,6 +268,41 @@ static void findings_json(json_t *o, const lc_request *q, const lc_run *r, const
     }
 }
 
+/* A LEAK's split (whose.c), null when nothing leaked. */
+static json_t *whose_json(const lc_run *r, const analysis *a)
+{
+    const lc_whose *w = a->whose;
+    if (!w) return json_null();
+    json_t *o = json_object(), *ms = json_object();
+    set(o, "done", json_boolean(w->done));
+    set(o, "why_not", w->done ? json_null() : lc_json_str(w->why));
+    set(o, "judge", lc_json_str(w->judge_whole ? "whole" : "subject"));
+    set(o, "from_pass", json_boolean(w->from_pass));
+    set(o, "pass_rounds", w->from_pass ? json_integer(w->pass_cycles) : json_null());
+    set(o, "pass_seconds", w->from_pass ? json_real(w->pass_seconds) : json_null());
+    set(o, "cpython_dirs", lc_json_str(w->totals.dirs));
+    const char *issue = lc_whose_issue(r->version);
+    set(o, "cpython_issue", issue ? lc_json_str(issue) : json_null());
+    for (size_t i = 0; w->done && i < LC_NMETERS; i++) {
+        int v = a->m[i].def->value;
+        if (!w->covered[v]) continue;
+        json_t *m = json_object();
+        set(m, "excess", json_real(w->excess[v]));
+        set(m, "cpython", json_real(w->cpython[v]));
+        set(m, "subject", json_real(w->subject[v]));
+        set(m, "unattributed", json_real(w->unattributed[v]));
+        set(m, "subject_verdict", lc_json_str(lc_verdict_name(w->view->m[i].verdict)));
+        set(ms, a->m[i].def->name, m);
+    }
+    set(o, "meters", ms);
+    json_t *lm = json_array();
+    for (size_t i = 0; w->done && i < LC_NMETERS; i++)
+        if (w->view->m[i].verdict == LC_LEAK && w->view->m[i].available)
+            json_array_append_new(lm, lc_json_str(w->view->m[i].def->name));
+    set(o, "subject_leaking_meters", lm);
+    return o;
+}
+
 void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int exit_status)
 {
     json_t *o = json_object();
@@ -285,6 +322,7 @@ void lc_print_json(const lc_request *q, const lc_run *r, const analysis *a, int 
         set(o, "early_stop", json_null());
     }
     findings_json(o, q, r, a);
+    set(o, "whose", whose_json(r, a));
     set(o, "verdict", lc_json_str(lc_run_verdict(r, a)));
     set(o, "subject_stderr", stderr_json(&r->err));
     set(o, "subject_output", output_json(r));

@@ -104,7 +104,8 @@ static void print_site(FILE *f, size_t rank, const lc_site *s)
 {
     char bb[32];
     lc_fmt_bytes(bb, sizeof bb, s->bytes_per_cycle, 1);
-    fprintf(f, "  #%zu %s/cycle in %.2f blocks/cycle, domain %s\n", rank, bb, s->blocks_per_cycle, s->domain);
+    fprintf(f, "  #%zu %s/cycle in %.2f blocks/cycle, domain %s%s%s\n", rank, bb, s->blocks_per_cycle, s->domain,
+            s->whose[0] ? ", whose: " : "", s->whose);
     for (int k = 0; k < s->nframes; k++) fprintf(f, "       %s %s\n", k ? "  " : "at", s->frames[k]);
     if (s->npyframes)
         fprintf(f, "%s", strcmp(s->domain, "heap") == 0
@@ -371,9 +372,9 @@ static void print_overruled(FILE *f, const analysis *a)
     }
 }
 
-static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paired)
+static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paired, const char *title)
 {
-    fprintf(f, "verdict: ");
+    fprintf(f, "%s", title);
     if (r->children.failed)
         fprintf(f, "CHILD FAILED: %ld of the subject's %ld forked children did not exit 0 (see above)\n         ",
                 r->children.failed, r->children.total);
@@ -419,6 +420,44 @@ static void print_verdict(FILE *f, const lc_run *r, const analysis *a, int paire
     fprintf(f, "%s\n", paired ? " beyond the bare cycle" : "");
 }
 
+/* A LEAK's split (whose.c), then the verdict on the subject's share. */
+static void print_whose(FILE *f, const lc_run *r, const analysis *a, int paired)
+{
+    const lc_whose *w = a->whose;
+    fprintf(f, "\nwhose: the excess per cycle by where its still-held blocks were allocated (");
+    if (w->from_pass) fprintf(f, "a second run with --where, %ld rounds, %.1f s", w->pass_cycles, w->pass_seconds);
+    else fprintf(f, "--where's sites");
+    fprintf(f, ")\n");
+    if (!w->done) {
+        fprintf(f, "  not split: %s\n  the exit status judges the whole excess\n", w->why);
+        return;
+    }
+    int any_cpython = 0;
+    for (size_t i = 0; i < LC_NMETERS; i++) {
+        const meter_result *m = &a->m[i];
+        int v = m->def->value;
+        if (!w->covered[v] || m->verdict != LC_LEAK) continue;
+        char e[32], c[32], s[32], u[32];
+        lc_fmt_value(e, sizeof e, m->def, w->excess[v], 1);
+        lc_fmt_value(c, sizeof c, m->def, w->cpython[v], 1);
+        lc_fmt_value(s, sizeof s, m->def, w->subject[v], 1);
+        lc_fmt_value(u, sizeof u, m->def, w->unattributed[v], 1);
+        fprintf(f, "  %-11s %s = CPython %s, subject %s, unattributed %s\n", m->def->name, e, c, s, u);
+        any_cpython |= w->cpython[v] > 0;
+    }
+    fprintf(f, "  (CPython: every C frame in libpython, the standard library's extension modules or libc & co,\n"
+               "   and the innermost Python frame in the standard library or the import machinery; unattributed\n"
+               "   counts as the subject's.  CPython's directories: %s)\n", w->totals.dirs);
+    const char *issue = lc_whose_issue(r->version);
+    if (any_cpython && issue) fprintf(f, "  CPython %s's own loss per cycle: %s\n", r->version, issue);
+    if (w->judge_whole)
+        print_verdict(f, r, w->view, paired, "  (the subject's share alone, not what the exit status judges: --judge whole): ");
+    else
+        fprintf(f, "  the verdict below judges the subject's share: the run again with CPython's share off each "
+                   "sample\n  (--judge whole: the whole excess)\n");
+    fprintf(f, "\n");
+}
+
 void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analysis *a, int exit_status)
 {
     print_header(f, q, r, a);
@@ -440,7 +479,14 @@ void lc_print_report(FILE *f, const lc_request *q, const lc_run *r, const analys
                    "finished cycles, not a verdict; the worker was killed\n",
                 r->interrupted, lc_signal_name(r->interrupted), r->ncyc, lc_schedule_length(&r->sched));
     } else {
-        print_verdict(f, r, a, lc_paired(q));
+        const lc_whose *w = a->whose;
+        int subject = w && w->view && !w->judge_whole;
+        if (w) {
+            print_verdict(f, r, a, lc_paired(q), subject ? "whole excess: " : "verdict: ");
+            print_whose(f, r, a, lc_paired(q));
+        }
+        if (subject) print_verdict(f, r, w->view, lc_paired(q), "verdict: ");
+        else if (!w) print_verdict(f, r, a, lc_paired(q), "verdict: ");
     }
     fprintf(f, "exit status %d\n", exit_status);
 }

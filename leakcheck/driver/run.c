@@ -132,6 +132,7 @@ static void take_info(lc_run *r, const char *key, const char *val)
         if (!strcmp(key, fields[i].key)) lc_scopy((char *)r + fields[i].off, fields[i].size, val);
     if (!strcmp(key, "debug")) r->debug = atoi(val);
     if (!strcmp(key, "broken")) r->broken = atoi(val);
+    if (!strncmp(key, "whose", 5)) lc_whose_take_info(r, key, val);
     if (!strcmp(key, "ignored_environment")) {
         size_t l = strlen(r->ignored_env);
         snprintf(r->ignored_env + l, sizeof r->ignored_env - l, "%s%s", l ? " " : "", val);

@@ -6,6 +6,7 @@
 #include <Python.h>
 
 #include <dlfcn.h>
+#include <inttypes.h>
 #include <frameobject.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "lc_heap.h"
 #include "lc_util.h"
 #include "symbols.h"
+#include "whose.h"
 #include "worker.h"
 
 #define LC_WRAPPER_SCAN 6        /* first frames searched for the wrappers' own */
@@ -385,6 +387,84 @@ static void report_frames(const site_row *r, const char *self_object)
     }
 }
 
+/* --- whose (whose.c) -------------------------------------------------------- */
+/* The file of the innermost Python frame of the site's first sample block
+ * that has one, into out: 1.  The import machinery's frames count:
+ * tracemalloc's own frame 0, or the C-heap line that names only them.
+ * 2: no such block, but one allocated while no Python frame ran (C code
+ * alone: tracemalloc's "<unknown>"); 0: nothing known. */
+static int site_python_file(const lc_site_info *info, char *out, size_t n)
+{
+    int no_frame = 0;
+    for (int i = 0; i < LC_SAMPLES; i++) {
+        if (!info->samples[i]) continue;
+        if (info->domain == LC_SITE_HEAP) {
+            uint32_t loc = heap_lines ? lc_heap_sample_pyloc(info->samples[i]) : 0;
+            if (!loc) continue;   /* also a thread the trace function did not see: not "no frame" */
+            if (pyloc_text[loc][0] == '(') lc_scopy(out, n, "<frozen importlib._bootstrap>");   /* machinery only */
+            else lc_scopy(out, n, pyloc_text[loc]);
+            char *colon = strrchr(out, ':');
+            if (colon && out[0] != '<') *colon = 0;
+            return 1;
+        }
+        if (!py_traceback) return 0;
+        PyObject *tb = py_traceback(0, (uintptr_t)info->samples[i]);
+        if (!tb) {
+            PyErr_Clear();
+            continue;
+        }
+        long line;
+        int found = PyTuple_Check(tb) && PyTuple_GET_SIZE(tb) > 0;
+        if (found && PyTuple_GET_SIZE(tb) == 1 && !strcmp(traceback_frame(tb, 0, &line), "<unknown>"))
+            found = 0, no_frame = 1;
+        if (found) lc_scopy(out, n, traceback_frame(tb, 0, &line));
+        Py_DECREF(tb);
+        if (found) return 1;
+    }
+    return no_frame ? 2 : 0;
+}
+
+typedef struct whose_total {
+    int64_t bytes[2], blocks[2];
+    long sites;
+} whose_total;
+
+static int site_whose(const lc_site_info *info)
+{
+    char file[LC_PYLOC_TEXT];
+    int have = site_python_file(info, file, sizeof file);
+    int w = wk_whose_site(info->domain == LC_DOMAIN_OBJ, info->frames, info->nframes, LC_MAX_FRAMES,
+                          have == 1 ? file : NULL, have == 2);
+    return w;
+}
+
+static void total_site(uint32_t id, const lc_site_info *info, void *arg)
+{
+    (void)id;
+    whose_total(*t)[WK_NWHOSE] = arg;
+    if (!info->bytes[0] && !info->bytes[1] && !info->blocks[0] && !info->blocks[1]) return;
+    whose_total *w = &t[info->domain][site_whose(info)];
+    for (int k = 0; k < 2; k++) w->bytes[k] += info->bytes[k], w->blocks[k] += info->blocks[k];
+    w->sites++;
+}
+
+/* I records: whose_dir (whose.c), then "whose DOMAIN CLASS SUB_BYTES
+ * SUB_BLOCKS BARE_BYTES BARE_BLOCKS SITES" for every domain and class with
+ * a site, then "whose_done". */
+static void report_whose(const char *const dom[LC_NSITE_DOMAINS], int known)
+{
+    if (!known) return;
+    whose_total t[LC_NSITE_DOMAINS][WK_NWHOSE];
+    memset(t, 0, sizeof t);
+    lc_alloc_foreach_site(total_site, t);
+    for (int d = 0; d < LC_NSITE_DOMAINS; d++)
+        for (int c = 0; c < WK_NWHOSE; c++)
+            if (t[d][c].sites)
+                wk_info("whose", "%s %s %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %ld", dom[d], wk_whose_name(c),
+                        t[d][c].bytes[0], t[d][c].blocks[0], t[d][c].bytes[1], t[d][c].blocks[1], t[d][c].sites);
+    wk_info("whose_done", "1");
+}
+
 void wk_report_where(const lc_schedule *s)
 {
     static const char *const dom[LC_NSITE_DOMAINS] = {"raw", "mem", "obj", "obmalloc", "heap"};
@@ -395,6 +475,7 @@ void wk_report_where(const lc_schedule *s)
     char self_object[128];
     self_object_name(self_object, sizeof self_object);
     int shown[LC_NSITE_DOMAINS] = {0};
+    int whose_known = wk_whose_open();
     for (size_t i = 0; i < l.n; i++) {
         site_row *r = &l.rows[i];
         if (shown[r->info.domain]++ >= LC_SITES_PER_DOMAIN) continue;
@@ -402,12 +483,14 @@ void wk_report_where(const lc_schedule *s)
         lc_enc_site(&line, r->id, dom[r->info.domain], r->info.bytes, r->info.blocks);
         wk_emit(&line);
         report_frames(r, self_object);
+        if (whose_known) wk_info("whose_site", "%u %s", r->id, wk_whose_name(site_whose(&r->info)));
         if (r->info.domain == LC_SITE_HEAP) {
             if (heap_lines) report_heap_python_lines(r->id, &r->info);
         } else if (py_traceback) {
             report_python_lines(r->id, &r->info);
         }
     }
+    report_whose(dom, whose_known);   /* (unrecycled_object: symbols) */
     lc_symbols_close();
     free(l.rows);
 }
