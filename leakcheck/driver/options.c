@@ -97,7 +97,7 @@ static void help_subject_and_run(void)
         "                    group are killed, the verdict is \"memory limit\" (exit 3)\n"
         "  --no-allocator-wrapper  do not wrap Python's allocators: undistorted rss and\n"
         "                    malloc figures, but the py* and blocks meters are off\n"
-        "\n", LC_EARLY_STOP_ROUNDS, 2 * LC_EARLY_STOP_ROUNDS, ram);
+        "\n", LC_EARLY_STOP_ROUNDS, LC_EARLY_STOP_EARLIEST, ram);
 }
 
 static void help_meters_and_verdict(void)
@@ -371,10 +371,10 @@ static void check_request(const lc_request *q)
         lc_usage_error("--scan runs few cycles per module and no --where: run --import MOD --where for one row");
     if (q->scan && q->csv) lc_usage_error("--scan writes no --csv: run --import MOD --csv FILE for one row");
     if (q->early_stop && q->demo) lc_usage_error("--demo runs its own schedule: no --early-stop");
-    if (q->early_stop && q->scan && (!q->cycles_set || q->cycles <= 2 * LC_EARLY_STOP_ROUNDS))
+    if (q->early_stop && q->scan && (!q->cycles_set || q->cycles <= LC_EARLY_STOP_EARLIEST))
         lc_usage_error("--scan --early-stop: %s judged cycles never stop early (the earliest stop is after %d "
-                       "rounds): give --cycles %d or more", q->cycles_set ? "these" : "the scan's default",
-                       2 * LC_EARLY_STOP_ROUNDS, 4 * LC_EARLY_STOP_ROUNDS);
+                       "rounds): give --cycles above %d", q->cycles_set ? "these" : "the scan's default",
+                       LC_EARLY_STOP_EARLIEST, LC_EARLY_STOP_EARLIEST);
     if (q->jobs && !q->scan) lc_usage_error("--jobs %ld: only --scan runs workers in parallel", q->jobs);
     if (q->plot && q->demo) lc_usage_error("--demo draws no --plot: run one check or --scan with --plot");
     char why[256];

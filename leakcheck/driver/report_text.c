@@ -332,7 +332,7 @@ static void print_header(FILE *f, const lc_request *q, const lc_run *r, const an
         fprintf(f, "early    no stop: the worker's control socket was lost after %d checkpoint%s (the subject closed or\n"
                    "         replaced descriptor %d, or wrote to the record descriptor); all %ld rounds judged\n",
                 r->checkpoints, lc_plural(r->checkpoints), LC_CONTROL_FD, q->cycles);
-    else if (q->early_stop && r->outcome == LC_OUT_DONE && q->cycles <= 2 * LC_EARLY_STOP_ROUNDS)
+    else if (q->early_stop && r->outcome == LC_OUT_DONE && q->cycles <= LC_EARLY_STOP_EARLIEST)
         fprintf(f, "early    no stop: --cycles %ld leaves no two checkpoints (every %d rounds) before the cap\n", q->cycles,
                 LC_EARLY_STOP_ROUNDS);
     else if (q->early_stop && r->outcome == LC_OUT_DONE)

@@ -46,6 +46,8 @@ lc_schedule lc_schedule_make_block(long warmup, long cycles, int subject, int ba
  * LC_EARLY_STOP_ROUNDS judged rounds and tells the worker, through
  * LC_CONTROL_FD (lc_protocol.h), to go on or to stop there. */
 #define LC_EARLY_STOP_ROUNDS 5
+/* the earliest stop: two checkpoints that agree */
+#define LC_EARLY_STOP_EARLIEST (2 * LC_EARLY_STOP_ROUNDS)
 long lc_schedule_length(const lc_schedule *s);          /* cycles in all */
 long lc_schedule_warmup_length(const lc_schedule *s);   /* index of the first judged cycle */
 lc_slot lc_schedule_at(const lc_schedule *s, long i);   /* cycle i, 0-based (seq = i + 1) */
