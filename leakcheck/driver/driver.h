@@ -48,7 +48,7 @@ typedef struct lc_request {
     long long max_rss;          /* --max-rss: bytes of the worker's resident set, 0 no limit */
     int json, where, scan, baseline, demo, no_wrapper;
     int quiet;                  /* --quiet: no progress line */
-    int judge_whole;            /* --judge whole: the exit status judges the whole excess (default: the subject's share) */
+    int judge_whole;            /* --judge whole (the default): the exit status judges the whole excess; 0: --judge subject */
     int early_stop;             /* --early-stop: --cycles is a cap (run.c, early_stop_check) */
     int list_extensions;        /* the worker lists extension modules instead of running cycles */
     int version;                /* --version: print the version and the CPython, run nothing */
