@@ -46,7 +46,7 @@ static void help_usage_and_configs(void)
         "                        [--cycles N] [--warmup W] [--no-baseline] [--python X.Y]\n"
         "                        [--max-bytes-per-cycle B] [--json] [--csv FILE] [--junit FILE]\n"
         "                        [--plot FILE.svg] [--where] [--judge subject|whole] [--timeout S]\n"
-        "                        [--max-rss SIZE]\n"
+        "                        [--max-rss SIZE] [--early-stop]\n"
         "                        [--no-allocator-wrapper] [--quiet] [--scan [--jobs N]] [--demo]\n"
         "       pyfini-leakcheck --version [--python X.Y] | --help\n"
         "\n"
